@@ -1,0 +1,1 @@
+"""Spotpool: spot CVM pools on Tencent Cloud, one Pulumi stack per pool."""

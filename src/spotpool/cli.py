@@ -1,0 +1,17 @@
+"""The `spotpool` command line: one entry point, one sub-command group per part."""
+
+import typer
+
+from spotpool.cluster.cli import app as cluster_app
+from spotpool.emulator.cli import app as emulator_app
+from spotpool.toolchain.cli import app as toolchain_app
+
+app = typer.Typer(
+    name="spotpool",
+    help="Keep pools of Tencent Cloud spot instances at their declared size.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,  # locals may hold credentials
+)
+app.add_typer(toolchain_app, name="toolchain")
+app.add_typer(cluster_app, name="cluster")
+app.add_typer(emulator_app, name="emulator")

@@ -1,0 +1,1 @@
+"""A local Kubernetes control plane: etcd and kube-apiserver on loopback, no kubelet."""

@@ -1,0 +1,1 @@
+"""A local Tencent Cloud API 3.0 emulator (CVM with spot). Imports nothing of the project."""

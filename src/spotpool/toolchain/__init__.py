@@ -1,0 +1,1 @@
+"""Pinned upstream tools (Pulumi, plugins, kube-apiserver, etcd), cached outside the clone."""

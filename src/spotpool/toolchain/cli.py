@@ -1,0 +1,74 @@
+"""`spotpool toolchain install | status | env`."""
+
+import os
+import time
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from spotpool.toolchain.gobuild import ToolUnavailable
+from spotpool.toolchain.install import install, status
+from spotpool.toolchain.manifest import TOOLS, TOOLS_BY_NAME, Tool
+from spotpool.toolchain.paths import bin_dir, cache_root, pulumi_home
+
+app = typer.Typer(help="Install and inspect the pinned upstream tools.", no_args_is_help=True)
+console = Console(stderr=True)
+
+
+def _select(names: list[str] | None) -> list[Tool]:
+    if not names:
+        return TOOLS
+    unknown = [n for n in names if n not in TOOLS_BY_NAME]
+    if unknown:
+        known = ", ".join(TOOLS_BY_NAME)
+        raise typer.BadParameter(f"unknown tool(s) {', '.join(unknown)}; known: {known}")
+    return [TOOLS_BY_NAME[n] for n in names]
+
+
+@app.command("install")
+def install_command(
+    names: list[str] | None = typer.Argument(None, help="tools to install (default: all)"),
+) -> None:
+    """Install the pinned tools into the user-level cache (idempotent)."""
+    failed: list[str] = []
+    table = Table("tool", "version", "source", "seconds", "peak MiB", title="toolchain")
+    for tool in _select(names):
+        started = time.monotonic()
+        with console.status(f"{tool.name} {tool.version}…"):
+            try:
+                record = install(tool, lambda line: console.log(line))
+            except ToolUnavailable as err:
+                console.print(f"[red]✗ {tool.name} {tool.version} cannot be had here:[/] {err}")
+                failed.append(tool.name)
+                continue
+        took = record.seconds if record.source == "go build" else time.monotonic() - started
+        peak = f"{record.peak_rss_mib:.0f}" if record.peak_rss_mib else "-"
+        table.add_row(tool.name, tool.version, record.source, f"{took:.1f}", peak)
+    console.print(table)
+    if failed:
+        console.print(f"[red]missing:[/] {', '.join(failed)}")
+        raise typer.Exit(1)
+
+
+@app.command("status")
+def status_command(
+    names: list[str] | None = typer.Argument(None, help="tools to check (default: all)"),
+) -> None:
+    """One line per tool: name, version, path, ok or missing. Exits 1 if any is missing."""
+    missing = 0
+    for tool in _select(names):
+        state = status(tool)
+        missing += not state.ok
+        print(f"{state.name}\t{state.version}\t{state.path}\t{state.detail}")
+    raise typer.Exit(1 if missing else 0)
+
+
+@app.command("env")
+def env_command() -> None:
+    """Print shell exports for using the tools by hand: eval "$(spotpool toolchain env)"."""
+    print(f'export PATH="{bin_dir()}:$PATH"')
+    print(f'export PULUMI_HOME="{pulumi_home()}"')
+    print("export PULUMI_SKIP_UPDATE_CHECK=true")
+    override = os.environ.get("SPOTPOOL_CACHE_DIR", "unset")
+    print(f"# cache: {cache_root()} (SPOTPOOL_CACHE_DIR overrides it; now {override})")

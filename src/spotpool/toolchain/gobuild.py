@@ -1,0 +1,142 @@
+"""Build a Go main package from the Go module proxy, through a throwaway wrapper module.
+
+`go install mod@version` refuses modules whose go.mod has replace directives, and local-path
+replaces point at directories that are not part of the module download. The wrapper requires
+the module, copies its module-path replaces, and points every local-path replace at the
+published module of the same release.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from spotpool.toolchain.manifest import GoBuild
+
+
+class ToolUnavailable(Exception):
+    """The tool cannot be had from this source; the message says exactly why."""
+
+
+class ModuleVersion(BaseModel):
+    Path: str
+    Version: str = ""
+
+
+class ReplaceDirective(BaseModel):
+    Old: ModuleVersion
+    New: ModuleVersion
+
+
+class GoMod(BaseModel):
+    """The parts of `go mod edit -json` the wrapper needs."""
+
+    Go: str = "1.24"
+    Require: list[ModuleVersion] | None = None
+    Replace: list[ReplaceDirective] | None = None
+
+
+class BuildReport(BaseModel):
+    seconds: float
+    peak_rss_mib: float
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # Build against the module graph as published, adding go.sum entries as needed.
+    env["GOFLAGS"] = (env.get("GOFLAGS", "") + " -mod=mod").strip()
+    return env
+
+
+def _run_go(args: list[str], cwd: Path) -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise ToolUnavailable("no `go` on PATH: install Go 1.24 or newer to build the toolchain")
+    result = subprocess.run(
+        [go, *args], cwd=cwd, env=_go_env(), capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        detail = (result.stderr or result.stdout).strip()
+        raise ToolUnavailable(f"`go {' '.join(args)}` failed: {detail}")
+    return result.stdout
+
+
+def _download_module(module: str, version: str, workdir: Path) -> dict[str, str]:
+    info: dict[str, str] = json.loads(
+        _run_go(["mod", "download", "-json", f"{module}@{version}"], workdir)
+    )
+    if info.get("Error"):
+        raise ToolUnavailable(f"go mod download {module}@{version}: {info['Error']}")
+    return info
+
+
+def _module_info(spec: GoBuild, workdir: Path) -> tuple[str, GoMod]:
+    """Download the module; return its resolved version and its parsed go.mod."""
+    info = json.loads(
+        _run_go(["mod", "download", "-json", f"{spec.module}@{spec.version}"], workdir)
+    )
+    if info.get("Error"):
+        raise ToolUnavailable(f"go mod download {spec.module}@{spec.version}: {info['Error']}")
+    gomod = GoMod.model_validate_json(_run_go(["mod", "edit", "-json", info["GoMod"]], workdir))
+    return info["Version"], gomod
+
+
+def wrapper_go_mod(spec: GoBuild, version: str, gomod: GoMod) -> str:
+    required = {r.Path: r.Version for r in gomod.Require or []}
+    lines = [
+        f"module spotpool.local/toolchain/{spec.module.replace('/', '_')}",
+        "",
+        f"go {gomod.Go}",
+        "",
+        f"require {spec.module} {version}",
+        "",
+    ]
+    for replace in gomod.Replace or []:
+        old, new = replace.Old, replace.New
+        old_at = f"{old.Path} {old.Version}" if old.Version else old.Path
+        if new.Version:  # a module-path replace: keep it as it is
+            lines.append(f"replace {old_at} => {new.Path} {new.Version}")
+            continue
+        if old.Path not in required:  # a local replace of something never built (guards)
+            continue
+        wanted = required[old.Path]
+        if wanted.startswith("v0.0.0") and spec.sibling_version:
+            wanted = spec.sibling_version
+        lines.append(f"replace {old_at} => {old.Path} {wanted}")
+    return "\n".join(lines) + "\n"
+
+
+def build(spec: GoBuild, workdir: Path, output: Path) -> BuildReport:
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "go.mod").unlink(missing_ok=True)
+    version, gomod = _module_info(spec, workdir)
+    (workdir / "go.mod").write_text(wrapper_go_mod(spec, version, gomod))
+    args = ["build", "-o", str(output)]
+    if spec.ldflags:
+        args += ["-ldflags", " ".join(spec.ldflags)]
+    args.append(spec.package)
+    go = shutil.which("go") or "go"
+    started = time.monotonic()
+    with (workdir / "build.log").open("w") as log:
+        proc = subprocess.Popen(
+            [go, *args], cwd=workdir, env=_go_env(), stdout=log, stderr=subprocess.STDOUT
+        )
+        # wait4 gives this build's own peak memory (its compilers and linker included).
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    seconds = time.monotonic() - started
+    if proc.returncode != 0:
+        tail = (workdir / "build.log").read_text()[-3000:]
+        raise ToolUnavailable(f"go build {spec.package} failed (see {workdir}/build.log):\n{tail}")
+    return BuildReport(seconds=round(seconds, 1), peak_rss_mib=round(usage.ru_maxrss / 1024, 1))
+
+
+def module_file(module: str, version: str, path: str, workdir: Path) -> bytes:
+    """One file out of a downloaded module (e.g. a script that ships beside a binary)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    info = _download_module(module, version, workdir)
+    return (Path(info["Dir"]) / path).read_bytes()

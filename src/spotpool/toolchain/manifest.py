@@ -1,0 +1,196 @@
+"""What each pinned tool is, where it comes from, and how to tell it is installed.
+
+Versions follow the pinned Python packages in pyproject.toml: the Pulumi CLI matches
+`pulumi`, each resource plugin matches the SDK package that asks the engine for it.
+"""
+
+from pydantic import BaseModel, Field
+
+PULUMI_VERSION = "3.272.0"
+TENCENTCLOUD_PLUGIN_VERSION = "0.2.3"
+# pulumi-tencentcloud tags only its repository root, so the nested provider module is
+# fetched by the commit behind tag v0.2.3.
+TENCENTCLOUD_PROVIDER_COMMIT = "a8c3ff6da9f3054961da59ac682876e3c316ad62"
+KUBERNETES_PLUGIN_VERSION = "4.34.2"
+KUBERNETES_VERSION = "1.36.3"
+ETCD_VERSION = "3.6.8"  # the etcd that k8s.io/kubernetes v1.36.3 itself pins
+
+
+class GoBuild(BaseModel):
+    """A `go build` of one main package, from a throwaway wrapper module."""
+
+    module: str
+    version: str = Field(description="tag or commit of `module`")
+    package: str = Field(description="import path of the main package")
+    ldflags: list[str] = []
+    # Local-path replaces (`=> ./staging/...`, `=> ../sdk`) are not in the module download:
+    # the wrapper points each at the published module instead, at the version the main
+    # module requires, or at this one where it requires a placeholder v0.0.0.
+    sibling_version: str | None = None
+
+
+class Tool(BaseModel):
+    name: str
+    version: str
+    binary: str
+    version_args: list[str] = Field(description="arguments that make the binary print its version")
+    build: GoBuild | None = None
+    download_url: str | None = None
+    download_member: str | None = Field(None, description="path of the binary in the archive")
+    plugin: tuple[str, str] | None = Field(None, description="(kind, name) to register with pulumi")
+    extra_files: dict[str, tuple[str, str, str]] = Field(
+        default_factory=dict,
+        description="file name -> (module, version, path in module) copied beside the binary",
+    )
+
+
+PULUMI_VERSION_VAR = "github.com/pulumi/pulumi/sdk/v3/go/common/version.Version"
+
+
+def _x(var: str, value: str) -> str:
+    return f"-X {var}={value}"
+
+
+TOOLS: list[Tool] = [
+    Tool(
+        name="pulumi",
+        version=PULUMI_VERSION,
+        binary="pulumi",
+        version_args=["version"],
+        download_url=f"https://get.pulumi.com/releases/sdk/pulumi-v{PULUMI_VERSION}-linux-x64.tar.gz",
+        download_member="pulumi/pulumi",
+        build=GoBuild(
+            module="github.com/pulumi/pulumi/pkg/v3",
+            version=f"v{PULUMI_VERSION}",
+            package="github.com/pulumi/pulumi/pkg/v3/cmd/pulumi",
+            ldflags=[
+                _x(
+                    "github.com/pulumi/pulumi/sdk/v3/go/common/version.Version",
+                    f"v{PULUMI_VERSION}",
+                )
+            ],
+        ),
+    ),
+    Tool(
+        name="pulumi-language-python",
+        version=PULUMI_VERSION,
+        binary="pulumi-language-python",
+        version_args=["-version"],
+        download_url=f"https://get.pulumi.com/releases/sdk/pulumi-v{PULUMI_VERSION}-linux-x64.tar.gz",
+        download_member="pulumi/pulumi-language-python",
+        build=GoBuild(
+            module="github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3",
+            version=f"v{PULUMI_VERSION}",
+            package="github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3",
+            ldflags=[
+                _x(
+                    "github.com/pulumi/pulumi/sdk/v3/go/common/version.Version",
+                    f"v{PULUMI_VERSION}",
+                )
+            ],
+        ),
+        extra_files={
+            "pulumi-language-python-exec": (
+                "github.com/pulumi/pulumi/sdk/v3",
+                f"v{PULUMI_VERSION}",
+                "python/cmd/pulumi-language-python-exec",
+            )
+        },
+    ),
+    Tool(
+        name="pulumi-resource-tencentcloud",
+        version=TENCENTCLOUD_PLUGIN_VERSION,
+        binary="pulumi-resource-tencentcloud",
+        version_args=["-version"],
+        plugin=("resource", "tencentcloud"),
+        download_url=(
+            "https://github.com/tencentcloudstack/pulumi-tencentcloud/releases/download/"
+            f"v{TENCENTCLOUD_PLUGIN_VERSION}/pulumi-resource-tencentcloud-"
+            f"v{TENCENTCLOUD_PLUGIN_VERSION}-linux-amd64.tar.gz"
+        ),
+        download_member="pulumi-resource-tencentcloud",
+        build=GoBuild(
+            module="github.com/tencentcloudstack/pulumi-tencentcloud/provider",
+            version=TENCENTCLOUD_PROVIDER_COMMIT,
+            package="github.com/tencentcloudstack/pulumi-tencentcloud/provider/cmd/pulumi-resource-tencentcloud",
+            ldflags=[
+                _x(
+                    "github.com/tencentcloudstack/pulumi-tencentcloud/provider/pkg/version.Version",
+                    TENCENTCLOUD_PLUGIN_VERSION,
+                ),
+                _x(
+                    "github.com/tencentcloudstack/terraform-provider-tencentcloud/tencentcloud/"
+                    "connectivity.ReqClient",
+                    f"Pulumi-{TENCENTCLOUD_PLUGIN_VERSION}",
+                ),
+            ],
+        ),
+    ),
+    Tool(
+        name="pulumi-resource-kubernetes",
+        version=KUBERNETES_PLUGIN_VERSION,
+        binary="pulumi-resource-kubernetes",
+        version_args=["-version"],
+        plugin=("resource", "kubernetes"),
+        download_url=(
+            "https://get.pulumi.com/releases/plugins/pulumi-resource-kubernetes-"
+            f"v{KUBERNETES_PLUGIN_VERSION}-linux-amd64.tar.gz"
+        ),
+        download_member="pulumi-resource-kubernetes",
+        build=GoBuild(
+            module="github.com/pulumi/pulumi-kubernetes/provider/v4",
+            version=f"v{KUBERNETES_PLUGIN_VERSION}",
+            package="github.com/pulumi/pulumi-kubernetes/provider/v4/cmd/pulumi-resource-kubernetes",
+            ldflags=[
+                _x(
+                    "github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version",
+                    KUBERNETES_PLUGIN_VERSION,
+                )
+            ],
+        ),
+    ),
+    Tool(
+        name="etcd",
+        version=ETCD_VERSION,
+        binary="etcd",
+        version_args=["--version"],
+        download_url=(
+            f"https://github.com/etcd-io/etcd/releases/download/v{ETCD_VERSION}/"
+            f"etcd-v{ETCD_VERSION}-linux-amd64.tar.gz"
+        ),
+        download_member=f"etcd-v{ETCD_VERSION}-linux-amd64/etcd",
+        build=GoBuild(
+            module="go.etcd.io/etcd/server/v3",
+            version=f"v{ETCD_VERSION}",
+            package="go.etcd.io/etcd/server/v3",
+        ),
+    ),
+]
+
+
+def _kubernetes_command(name: str) -> Tool:
+    """kube-apiserver and kubectl come from the same release of k8s.io/kubernetes."""
+    minor = KUBERNETES_VERSION.split(".")[1]
+    return Tool(
+        name=name,
+        version=KUBERNETES_VERSION,
+        binary=name,
+        version_args=["version", "--client"] if name == "kubectl" else ["--version"],
+        download_url=f"https://dl.k8s.io/v{KUBERNETES_VERSION}/bin/linux/amd64/{name}",
+        build=GoBuild(
+            module="k8s.io/kubernetes",
+            version=f"v{KUBERNETES_VERSION}",
+            package=f"k8s.io/kubernetes/cmd/{name}",
+            sibling_version=f"v0.{KUBERNETES_VERSION.split('.', 1)[1]}",
+            ldflags=[
+                _x("k8s.io/component-base/version.gitVersion", f"v{KUBERNETES_VERSION}"),
+                _x("k8s.io/component-base/version.gitMajor", "1"),
+                _x("k8s.io/component-base/version.gitMinor", minor),
+            ],
+        ),
+    )
+
+
+TOOLS += [_kubernetes_command("kube-apiserver"), _kubernetes_command("kubectl")]
+
+TOOLS_BY_NAME = {tool.name: tool for tool in TOOLS}

@@ -1,0 +1,49 @@
+"""The wrapper go.mod that lets upstream Go tools build from the module proxy."""
+
+from spotpool.toolchain.gobuild import GoMod, wrapper_go_mod
+from spotpool.toolchain.manifest import GoBuild
+
+
+def test_local_replaces_become_published_modules_at_the_required_version() -> None:
+    spec = GoBuild(
+        module="go.etcd.io/etcd/server/v3", version="v3.6.8", package="go.etcd.io/etcd/server/v3"
+    )
+    gomod = GoMod.model_validate(
+        {
+            "Go": "1.24.0",
+            "Require": [{"Path": "go.etcd.io/etcd/api/v3", "Version": "v3.6.8"}],
+            "Replace": [
+                {"Old": {"Path": "go.etcd.io/etcd/api/v3"}, "New": {"Path": "../api"}},
+                # a guard against an unwanted dependency: not required, so not copied
+                {"Old": {"Path": "go.etcd.io/etcd"}, "New": {"Path": "./FORBIDDEN_DEPENDENCY"}},
+                {
+                    "Old": {"Path": "nhooyr.io/websocket"},
+                    "New": {"Path": "github.com/coder/websocket", "Version": "v1.8.7"},
+                },
+            ],
+        }
+    )
+    text = wrapper_go_mod(spec, "v3.6.8", gomod)
+    assert "require go.etcd.io/etcd/server/v3 v3.6.8" in text
+    assert "replace go.etcd.io/etcd/api/v3 => go.etcd.io/etcd/api/v3 v3.6.8" in text
+    assert "replace nhooyr.io/websocket => github.com/coder/websocket v1.8.7" in text
+    assert "FORBIDDEN" not in text
+    assert "go 1.24.0" in text
+
+
+def test_placeholder_requirements_take_the_sibling_version() -> None:
+    spec = GoBuild(
+        module="k8s.io/kubernetes",
+        version="v1.36.3",
+        package="k8s.io/kubernetes/cmd/kube-apiserver",
+        sibling_version="v0.36.3",
+    )
+    gomod = GoMod.model_validate(
+        {
+            "Require": [{"Path": "k8s.io/api", "Version": "v0.0.0"}],
+            "Replace": [
+                {"Old": {"Path": "k8s.io/api"}, "New": {"Path": "./staging/src/k8s.io/api"}}
+            ],
+        }
+    )
+    assert "replace k8s.io/api => k8s.io/api v0.36.3" in wrapper_go_mod(spec, "v1.36.3", gomod)
