@@ -2,6 +2,7 @@
 
 import typer
 
+from spotpool.api.cli import app as crd_app
 from spotpool.cluster.cli import app as cluster_app
 from spotpool.emulator.cli import app as emulator_app
 from spotpool.toolchain.cli import app as toolchain_app
@@ -15,3 +16,4 @@ app = typer.Typer(
 app.add_typer(toolchain_app, name="toolchain")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(emulator_app, name="emulator")
+app.add_typer(crd_app, name="crd")

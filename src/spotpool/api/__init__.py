@@ -1,0 +1,1 @@
+"""The Spotpool API: pure data and rules (no Pulumi, no kopf, no I/O)."""

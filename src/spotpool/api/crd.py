@@ -1,0 +1,116 @@
+"""Render the Spotpool CustomResourceDefinition from the pydantic models.
+
+Pydantic's JSON schema is close to a Kubernetes structural schema; the differences handled
+here: `$ref`s are inlined, `Optional` unions collapse to their type, titles go, and closed
+objects drop `additionalProperties: false` (the API server prunes unknown fields instead).
+"""
+
+from typing import Any
+
+import yaml
+
+from spotpool.api.spec import GROUP, KIND, PLURAL, SPEC_RULES, VERSION, SpotpoolSpec
+from spotpool.api.status import SpotpoolStatus
+
+CRD_PATH = "crds/devops.jokerbai.com_spotpools.yaml"
+
+
+def _structural(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_structural(item, defs) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = defs[node["$ref"].rsplit("/", 1)[1]]
+        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+        return _structural(merged, defs)
+    if "anyOf" in node:
+        choices = [c for c in node["anyOf"] if c != {"type": "null"}]
+        if len(choices) == 1:
+            rest = {k: v for k, v in node.items() if k != "anyOf"}
+            merged = {**_structural(choices[0], defs), **rest}
+            if merged.get("default", "") is None:
+                del merged["default"]
+            return _structural(merged, defs)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("title", "$defs") or (key == "additionalProperties" and value is False):
+            continue
+        if key == "properties":
+            out[key] = {name: _structural(prop, defs) for name, prop in value.items()}
+        else:
+            out[key] = _structural(value, defs)
+    return out
+
+
+def schema_of(model: type[SpotpoolSpec] | type[SpotpoolStatus]) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True)
+    return dict(_structural(raw, raw.get("$defs", {})))
+
+
+def render() -> dict[str, Any]:
+    spec_schema = schema_of(SpotpoolSpec)
+    spec_schema["x-kubernetes-validations"] = [
+        {"rule": rule, "message": message} for rule, message in SPEC_RULES
+    ]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": KIND.lower(),
+                "shortNames": ["sp"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "A pool of Tencent Cloud spot CVM instances kept at "
+                            "its declared size; one Pulumi stack per pool.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": schema_of(SpotpoolStatus),
+                            },
+                        }
+                    },
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
+                    "additionalPrinterColumns": [
+                        _column("Desired", "integer", ".status.replicas"),
+                        _column("Ready", "integer", ".status.readyReplicas"),
+                        _column("Phase", "string", ".status.phase"),
+                        _column("Age", "date", ".metadata.creationTimestamp"),
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def _column(name: str, kind: str, path: str) -> dict[str, str]:
+    return {"name": name, "type": kind, "jsonPath": path}
+
+
+def render_yaml() -> str:
+    header = "# Generated from spotpool.api by `spotpool crd generate`; do not edit by hand.\n"
+    return header + yaml.safe_dump(render(), sort_keys=False, width=100)

@@ -1,0 +1,254 @@
+"""`devops.jokerbai.com/v1` `Spotpool`: the spec and status models, one source of truth.
+
+Field names and meanings of the article's API are kept as they are (secretId … instanceChargeType);
+the rest are Spotpool's additions, each optional with a default. The CRD in `crds/` is generated
+from these models, cross-field rules included (see `spotpool.api.crd`).
+"""
+
+import re
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+GROUP = "devops.jokerbai.com"
+VERSION = "v1"
+KIND = "Spotpool"
+PLURAL = "spotpools"
+MAX_POOL_SIZE = 1000
+
+# Cross-field rules, written once in CEL: the API server enforces them at admission
+# (x-kubernetes-validations) and `SpotpoolSpec` checks the same rules in Python.
+SPEC_RULES: list[tuple[str, str]] = [
+    ("self.minimum <= self.maximum", "minimum must be less than or equal to maximum"),
+    (
+        "!has(self.replicas) || (self.replicas >= self.minimum && self.replicas <= self.maximum)",
+        "replicas must lie between minimum and maximum",
+    ),
+    (
+        "has(self.availabilityZone) || (has(self.availabilityZones) && "
+        "size(self.availabilityZones) > 0)",
+        "set availabilityZone or availabilityZones",
+    ),
+    (
+        "has(self.instanceType) || (has(self.instanceTypes) && size(self.instanceTypes) > 0)",
+        "set instanceType or instanceTypes",
+    ),
+    ("has(self.secretId) == has(self.secretKey)", "secretId and secretKey go together"),
+    (
+        "has(self.credentialsSecretRef) || has(self.secretId)",
+        "set credentialsSecretRef (recommended) or the inline secretId and secretKey",
+    ),
+]
+
+
+class Model(BaseModel):
+    """camelCase on the wire, snake_case in Python; unknown fields are an error."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class ChargeType(StrEnum):
+    SPOTPAID = "SPOTPAID"
+    POSTPAID_BY_HOUR = "POSTPAID_BY_HOUR"
+
+
+class DeletionPolicy(StrEnum):
+    DELETE = "Delete"
+    RETAIN = "Retain"
+
+
+class DiskType(StrEnum):
+    CLOUD_BSSD = "CLOUD_BSSD"
+    CLOUD_PREMIUM = "CLOUD_PREMIUM"
+    CLOUD_SSD = "CLOUD_SSD"
+    CLOUD_HSSD = "CLOUD_HSSD"
+    CLOUD_TSSD = "CLOUD_TSSD"
+    LOCAL_BASIC = "LOCAL_BASIC"
+    LOCAL_SSD = "LOCAL_SSD"
+
+
+class InternetChargeType(StrEnum):
+    BANDWIDTH_POSTPAID_BY_HOUR = "BANDWIDTH_POSTPAID_BY_HOUR"
+    TRAFFIC_POSTPAID_BY_HOUR = "TRAFFIC_POSTPAID_BY_HOUR"
+
+
+class SecretKeyRef(Model):
+    name: str = Field(description="Name of a Secret in the Spotpool's namespace.", min_length=1)
+    key: str = Field(description="Key in the Secret's data.", min_length=1)
+
+
+class CredentialsSecretRef(Model):
+    name: str = Field(
+        description="Name of a Secret in the Spotpool's namespace holding the API key pair.",
+        min_length=1,
+    )
+    secret_id_key: str = Field("secretId", description="Key of the SecretId in the Secret.")
+    secret_key_key: str = Field("secretKey", description="Key of the SecretKey in the Secret.")
+
+
+class SystemDisk(Model):
+    type: DiskType = Field(DiskType.CLOUD_BSSD, description="System disk type.")
+    size: int = Field(100, ge=20, le=1024, description="System disk size in GB.")
+
+
+class InternetAccessible(Model):
+    charge_type: InternetChargeType = Field(
+        InternetChargeType.BANDWIDTH_POSTPAID_BY_HOUR, description="How public traffic is billed."
+    )
+    max_bandwidth_out: int = Field(
+        1, ge=0, le=1000, description="Public outbound bandwidth cap in Mbps; 0 means none."
+    )
+    public_ip_assigned: bool = Field(True, description="Give each instance a public IP.")
+
+
+class LoginSettings(Model):
+    key_ids: list[Annotated[str, Field(pattern=r"^skey-[0-9a-z]+$")]] | None = Field(
+        None, description="SSH key pair ids (skey-...) installed on every instance."
+    )
+    password_secret_ref: SecretKeyRef | None = Field(
+        None, description="Secret key holding the login password (never a built-in password)."
+    )
+
+
+SG_ID = Annotated[str, Field(pattern=r"^sg-[0-9a-z]+$", max_length=64)]
+ZONE = Annotated[str, Field(pattern=r"^[a-z]{2}-[a-z0-9-]+-[0-9]+$", max_length=64)]
+INSTANCE_TYPE = Annotated[str, Field(pattern=r"^[A-Za-z0-9]+\.[A-Z0-9]+$", max_length=64)]
+DURATION = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"
+
+
+class SpotpoolSpec(Model):
+    """What pool to keep: where, of which machines, and how many."""
+
+    # --- the article's fields, names and meanings unchanged ---
+    secret_id: str | None = Field(
+        None,
+        min_length=1,
+        description="Inline API SecretId (kept for compatibility; prefer credentialsSecretRef).",
+    )
+    secret_key: str | None = Field(
+        None,
+        min_length=1,
+        description="Inline API SecretKey (kept for compatibility; prefer credentialsSecretRef).",
+    )
+    region: str = Field(
+        pattern=r"^[a-z]{2}-[a-z0-9-]+$",
+        max_length=64,
+        description="Tencent Cloud region, for example ap-singapore.",
+    )
+    availability_zone: ZONE | None = Field(
+        None, description="Zone of the instances, for example ap-singapore-2."
+    )
+    instance_type: INSTANCE_TYPE | None = Field(
+        None, description="CVM instance type, for example GN7.2XLARGE32."
+    )
+    minimum: int = Field(0, ge=0, le=MAX_POOL_SIZE, description="Fewest instances to keep.")
+    maximum: int = Field(ge=0, le=MAX_POOL_SIZE, description="Most instances to keep.")
+    subnet_id: str = Field(
+        "DEFAULT",
+        pattern=r"^(DEFAULT|subnet-[0-9a-z]+)$",
+        description="Subnet of the instances, or DEFAULT for the default subnet.",
+    )
+    vpc_id: str = Field(
+        "DEFAULT",
+        pattern=r"^(DEFAULT|vpc-[0-9a-z]+)$",
+        description="VPC of the instances, or DEFAULT for the default VPC.",
+    )
+    security_group_ids: list[SG_ID] | None = Field(
+        None, max_length=5, description="Security groups (sg-...) of every instance."
+    )
+    image_id: str = Field(
+        pattern=r"^img-[0-9a-z]+$", max_length=64, description="Image (img-...) to boot."
+    )
+    instance_charge_type: ChargeType = Field(
+        ChargeType.SPOTPAID, description="SPOTPAID for spot instances, or POSTPAID_BY_HOUR."
+    )
+    # --- Spotpool's additions ---
+    replicas: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_POOL_SIZE,
+        description="Desired count, driven by `kubectl scale` or an autoscaler; "
+        "defaults to minimum.",
+    )
+    credentials_secret_ref: CredentialsSecretRef | None = Field(
+        None, description="Secret with the API key pair (recommended over inline keys)."
+    )
+    availability_zones: list[ZONE] | None = Field(
+        None, max_length=10, description="Zones to spread instances over, in slot order."
+    )
+    instance_types: list[INSTANCE_TYPE] | None = Field(
+        None, max_length=10, description="Instance types to try in order when one has no stock."
+    )
+    spot_max_price: str | None = Field(
+        None,
+        pattern=r"^[0-9]+(\.[0-9]{1,4})?$",
+        description="Highest hourly spot price to pay, as a decimal string; unset = market.",
+    )
+    system_disk: SystemDisk = Field(default_factory=SystemDisk, description="System disk.")
+    internet_accessible: InternetAccessible = Field(
+        default_factory=InternetAccessible, description="Public network access."
+    )
+    login_settings: LoginSettings | None = Field(None, description="How to log in.")
+    user_data: str | None = Field(
+        None, max_length=16384, description="Cloud-init user data (plain text)."
+    )
+    tags: dict[str, str] | None = Field(
+        None, max_length=40, description="Extra tags on every instance."
+    )
+    refresh_interval: str = Field(
+        "60s",
+        pattern=DURATION,
+        min_length=2,
+        description="How often to look for reclaimed instances, for example 30s, 5m, 1h.",
+    )
+    deletion_policy: DeletionPolicy = Field(
+        DeletionPolicy.DELETE,
+        description="On deletion: Delete the instances, or Retain them and forget the stack.",
+    )
+    paused: bool = Field(False, description="Stop all changes to this pool while true.")
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> "SpotpoolSpec":
+        problems = [message for rule, message in SPEC_RULES if not _holds(rule, self)]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def desired_count(self) -> int:
+        wanted = self.minimum if self.replicas is None else self.replicas
+        return max(self.minimum, min(self.maximum, wanted))
+
+    def zones(self) -> list[str]:
+        return list(self.availability_zones or [self.availability_zone or ""])
+
+    def types(self) -> list[str]:
+        return list(self.instance_types or [self.instance_type or ""])
+
+    def uses_inline_credentials(self) -> bool:
+        return self.secret_id is not None
+
+
+def _holds(rule: str, spec: SpotpoolSpec) -> bool:
+    """The Python side of SPEC_RULES (the CEL text is the API server's side)."""
+    checks: dict[str, Any] = {
+        SPEC_RULES[0][0]: spec.minimum <= spec.maximum,
+        SPEC_RULES[1][0]: spec.replicas is None or spec.minimum <= spec.replicas <= spec.maximum,
+        SPEC_RULES[2][0]: bool(spec.availability_zone or spec.availability_zones),
+        SPEC_RULES[3][0]: bool(spec.instance_type or spec.instance_types),
+        SPEC_RULES[4][0]: (spec.secret_id is None) == (spec.secret_key is None),
+        SPEC_RULES[5][0]: spec.credentials_secret_ref is not None or spec.secret_id is not None,
+    }
+    return bool(checks[rule])
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration such as 90s, 5m or 1h30m."""
+    match = re.fullmatch(DURATION, text)
+    if not match or not text:
+        raise ValueError(f"not a duration: {text!r} (use for example 30s, 5m, 1h)")
+    hours, minutes, seconds = (int(part[:-1]) if part else 0 for part in match.groups())
+    return float(hours * 3600 + minutes * 60 + seconds)

@@ -1,0 +1,53 @@
+"""One real kube-apiserver (with etcd) for the e2e tests, with the Spotpool CRD installed."""
+
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from spotpool.api.crd import CRD_PATH
+from spotpool.cluster.local import down, up
+from tests.conftest import require_tool
+
+ROOT = Path(__file__).parents[2]
+
+
+@dataclass
+class Kube:
+    kubeconfig: Path
+    kubectl: Path
+
+    def run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        return subprocess.run(
+            [str(self.kubectl), *args],
+            input=stdin,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def ok(self, *args: str, stdin: str | None = None) -> str:
+        result = self.run(*args, stdin=stdin)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+
+@pytest.fixture(scope="session")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
+    require_tool("etcd")
+    require_tool("kube-apiserver")
+    kubectl = require_tool("kubectl")
+    directory = tmp_path_factory.mktemp("cluster")
+    state = up(directory, tie_to_parent=True)
+    try:
+        cluster = Kube(state.kubeconfig, kubectl)
+        cluster.ok("apply", "-f", str(ROOT / CRD_PATH))
+        cluster.ok("wait", "--for=condition=Established", "crd/spotpools.devops.jokerbai.com")
+        yield cluster
+    finally:
+        down(directory)

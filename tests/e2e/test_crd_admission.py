@@ -1,0 +1,65 @@
+"""The generated CRD in a real API server: the article's manifest, explain, rules, scale."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import Kube
+
+pytestmark = pytest.mark.e2e
+
+SAMPLE = (Path(__file__).parents[2] / "examples" / "article-sample.yaml").read_text()
+
+
+def manifest(name: str, *edits: tuple[str, str]) -> str:
+    text = SAMPLE.replace("name: spotpool-sample", f"name: {name}")
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new)
+    return text
+
+
+def test_the_articles_manifest_applies_unchanged_and_gets_defaults(kube: Kube) -> None:
+    kube.ok("apply", "-f", "-", stdin=SAMPLE)
+    spec = json.loads(kube.ok("get", "spotpool", "spotpool-sample", "-o", "json"))["spec"]
+    assert spec["minimum"] == spec["maximum"] == 2
+    assert spec["deletionPolicy"] == "Delete" and spec["refreshInterval"] == "60s"
+    assert "DESIRED" in kube.ok("get", "sp")
+
+
+def test_kubectl_explain_reads_the_descriptions(kube: Kube) -> None:
+    assert "Desired count" in kube.ok("explain", "spotpool.spec.replicas")
+    assert "Delete the instances" in kube.ok("explain", "spotpool.spec.deletionPolicy")
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (("maximum: 2", "maximum: 1"), "minimum must be less than or equal to maximum"),
+        (("SPOTPAID", "CHEAP"), 'Unsupported value: "CHEAP"'),
+        (("  imageId: img-xxx\n", ""), "spec.imageId: Required value"),
+        (("  secretKey: xxx\n", ""), "secretId and secretKey go together"),
+        (("minimum: 2", "minimum: -1"), "spec.minimum"),
+        (("sg-xxx", "default"), "spec.securityGroupIds[0]"),
+    ],
+)
+def test_invalid_manifests_are_refused_with_a_clear_message(
+    kube: Kube, edit: tuple[str, str], says: str
+) -> None:
+    refused = kube.run("apply", "-f", "-", stdin=manifest("invalid", edit))
+    assert refused.returncode != 0
+    assert says in refused.stderr
+
+
+def test_scale_subresource_within_bounds(kube: Kube) -> None:
+    kube.ok(
+        "apply",
+        "-f",
+        "-",
+        stdin=manifest("scalable", ("minimum: 2", "minimum: 1"), ("maximum: 2", "maximum: 4")),
+    )
+    kube.ok("scale", "spotpool/scalable", "--replicas=3")
+    assert kube.ok("get", "spotpool", "scalable", "-o", "jsonpath={.spec.replicas}") == "3"
+    beyond = kube.run("scale", "spotpool/scalable", "--replicas=9")
+    assert beyond.returncode != 0 and "replicas must lie between" in beyond.stderr
