@@ -1,0 +1,102 @@
+"""A Spotpool spec rendered as the configuration of its Pulumi stack.
+
+Credentials are not part of it: they reach the provider only as environment variables of a
+Pulumi run. A login password, when a pool uses one, goes into the stack as a secret.
+"""
+
+import json
+
+from pydantic import Field
+
+from spotpool.api.spec import (
+    ChargeType,
+    InternetAccessible,
+    Model,
+    SpotpoolSpec,
+    SystemDisk,
+)
+
+PROJECT = "spotpool"
+CONFIG_KEY = f"{PROJECT}:pool"
+# Tags on every instance: which pool (and which slot) it belongs to, so an instance that
+# never made it into the state can always be found again.
+TAG_POOL_UID = "spotpool-pool-uid"
+TAG_POOL = "spotpool-pool"
+TAG_SLOT = "spotpool-slot"
+
+
+class PoolIdentity(Model):
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def stack_name(self) -> str:
+        """`<namespace>.<name>`: a namespace has no dots, so it splits back unambiguously."""
+        return f"{self.namespace}.{self.name}"
+
+
+def split_stack_name(stack: str) -> tuple[str, str]:
+    namespace, _, name = stack.partition(".")
+    if not namespace or not name:
+        raise ValueError(f"not a Spotpool stack name: {stack!r} (want <namespace>.<name>)")
+    return namespace, name
+
+
+class StackConfig(Model):
+    pool: PoolIdentity
+    count: int = Field(ge=0)
+    region: str
+    zones: list[str] = Field(min_length=1)
+    instance_types: list[str] = Field(min_length=1)
+    image_id: str
+    vpc_id: str
+    subnet_id: str
+    security_group_ids: list[str] = Field(default_factory=list)
+    charge_type: ChargeType
+    spot_max_price: str | None = None
+    system_disk: SystemDisk
+    internet_accessible: InternetAccessible
+    key_ids: list[str] = Field(default_factory=list)
+    user_data: str | None = None
+    tags: dict[str, str] = Field(default_factory=dict)
+
+    @classmethod
+    def from_spec(cls, pool: PoolIdentity, spec: SpotpoolSpec) -> "StackConfig":
+        return cls(
+            pool=pool,
+            count=spec.desired_count(),
+            region=spec.region,
+            zones=spec.zones(),
+            instance_types=spec.types(),
+            image_id=spec.image_id,
+            vpc_id=spec.vpc_id,
+            subnet_id=spec.subnet_id,
+            security_group_ids=list(spec.security_group_ids or []),
+            charge_type=spec.instance_charge_type,
+            spot_max_price=spec.spot_max_price,
+            system_disk=spec.system_disk,
+            internet_accessible=spec.internet_accessible,
+            key_ids=list((spec.login_settings and spec.login_settings.key_ids) or []),
+            user_data=spec.user_data,
+            tags=dict(spec.tags or {}),
+        )
+
+    def zone_of(self, slot: int) -> str:
+        """Slots are spread over the zones in order: slot i lives in zone i mod len(zones)."""
+        return self.zones[slot % len(self.zones)]
+
+    def instance_tags(self, slot: int) -> dict[str, str]:
+        return {
+            **self.tags,
+            TAG_POOL_UID: self.pool.uid,
+            TAG_POOL: f"{self.pool.namespace}/{self.pool.name}",
+            TAG_SLOT: str(slot),
+        }
+
+    def to_pulumi_config(self) -> dict[str, str]:
+        """Plain (non-secret) stack configuration values, keyed as Pulumi keys them."""
+        return {
+            CONFIG_KEY: json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True),
+            "tencentcloud:region": self.region,
+        }

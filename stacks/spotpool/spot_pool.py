@@ -1,0 +1,86 @@
+"""The SpotPool component: one `tencentcloud.Instance` per slot of the pool.
+
+Each slot has a stable logical name (`<pool>-slot-<i>`), so when the cloud reclaims one spot
+instance, refresh drops exactly that slot and the next `up` recreates it alone. Scaling down
+removes the highest slots first; scaling up adds new slots after the last.
+"""
+
+from typing import Any
+
+import pulumi
+import tencentcloud_iac_pulumi as tencentcloud
+
+from spotpool.api.spec import ChargeType
+from spotpool.api.stackconfig import StackConfig
+
+
+class SpotPool(pulumi.ComponentResource):
+    instances: list[tencentcloud.instance.Instance]
+
+    def __init__(
+        self,
+        name: str,
+        config: StackConfig,
+        login_password: pulumi.Input[str] | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("spotpool:index:SpotPool", name, None, opts)
+        self._name = name
+        self._config = config
+        self._password = login_password
+        self.instances = [self._slot(slot) for slot in range(config.count)]
+        self.outputs = pulumi.Output.all(
+            *[self._describe(slot, inst) for slot, inst in enumerate(self.instances)]
+        )
+        self.register_outputs({"instances": self.outputs})
+
+    def _slot(self, slot: int) -> tencentcloud.instance.Instance:
+        c = self._config
+        spot = c.charge_type == ChargeType.SPOTPAID
+        net = c.internet_accessible
+        return tencentcloud.instance.Instance(
+            f"{self._name}-slot-{slot}",
+            instance_name=f"{c.pool.namespace}-{c.pool.name}-{slot}",
+            hostname=f"{c.pool.name}-{slot}"[:60],
+            availability_zone=c.zone_of(slot),
+            instance_type=c.instance_types[0],
+            image_id=c.image_id,
+            instance_charge_type=c.charge_type.value,
+            spot_instance_type="ONE-TIME" if spot else None,
+            spot_max_price=c.spot_max_price if spot else None,
+            # DEFAULT means the region's default VPC and subnet: the provider's own default.
+            vpc_id=None if c.vpc_id == "DEFAULT" else c.vpc_id,
+            subnet_id=None if c.subnet_id == "DEFAULT" else c.subnet_id,
+            orderly_security_groups=c.security_group_ids or None,
+            system_disk_type=c.system_disk.type.value,
+            system_disk_size=c.system_disk.size,
+            internet_charge_type=net.charge_type.value,
+            internet_max_bandwidth_out=net.max_bandwidth_out,
+            allocate_public_ip=net.public_ip_assigned,
+            key_ids=c.key_ids or None,
+            password=self._password,
+            user_data_raw=c.user_data,
+            tags=c.instance_tags(slot),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+    @staticmethod
+    def _describe(slot: int, inst: tencentcloud.instance.Instance) -> pulumi.Output[Any]:
+        return pulumi.Output.all(
+            inst.id,
+            inst.public_ip,
+            inst.private_ip,
+            inst.availability_zone,
+            inst.instance_type,
+            inst.instance_status,
+        ).apply(
+            lambda v: {
+                "slot": slot,
+                "instanceId": v[0],
+                "publicIp": v[1],
+                "privateIp": v[2],
+                "zone": v[3],
+                "instanceType": v[4],
+                "state": v[5],
+            }
+        )

@@ -1,0 +1,122 @@
+"""The stack program under Pulumi's in-process mocks: fast checks of what it declares.
+
+The real engine, provider and emulator are the integration tier; these only check the
+program's own logic (slots, spot settings, tags, outputs) without any cloud.
+"""
+
+import json
+import runpy
+import sys
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+
+from spotpool.api.spec import SpotpoolSpec
+from spotpool.api.stackconfig import CONFIG_KEY, PoolIdentity, StackConfig
+
+PROGRAM = Path(__file__).parents[1] / "stacks" / "spotpool"
+INSTANCE = "tencentcloud:Instance/instance:Instance"
+
+
+class CloudMocks(pulumi.runtime.Mocks):
+    def __init__(self) -> None:
+        self.instances: dict[str, dict[str, Any]] = {}
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        if args.typ != INSTANCE:
+            return f"{args.name}-id", dict(args.inputs)
+        n = int(args.name.rsplit("-", 1)[1])  # registration order is not slot order
+        self.instances[args.name] = dict(args.inputs)
+        outputs = {
+            **args.inputs,
+            "publicIp": f"43.0.0.{n}",
+            "privateIp": f"10.0.0.{n}",
+            "instanceStatus": "RUNNING",
+        }
+        return f"ins-mock{n}", outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[Any]]:
+        return {}, []
+
+
+def stack_config(**changes: object) -> StackConfig:
+    spec = {
+        "region": "ap-singapore",
+        "availabilityZones": ["ap-singapore-2", "ap-singapore-3"],
+        "instanceType": "GN7.2XLARGE32",
+        "minimum": 1,
+        "maximum": 5,
+        "replicas": 3,
+        "imageId": "img-abc",
+        "securityGroupIds": ["sg-1"],
+        "credentialsSecretRef": {"name": "c"},
+        "spotMaxPrice": "1.25",
+        "tags": {"team": "ml"},
+        **changes,
+    }
+    return StackConfig.from_spec(
+        PoolIdentity(namespace="team-a", name="gpu", uid="u-1"), SpotpoolSpec.model_validate(spec)
+    )
+
+
+@pytest.fixture
+def mocks() -> CloudMocks:
+    mocks = CloudMocks()
+    pulumi.runtime.set_mocks(mocks, project="spotpool", stack="team-a.gpu", preview=False)
+    return mocks
+
+
+def run_program(config: StackConfig) -> pulumi.Output[Any]:
+    pulumi.runtime.set_all_config(
+        {k: v for k, v in config.to_pulumi_config().items() if k == CONFIG_KEY}
+    )
+    sys.path.insert(0, str(PROGRAM))
+    try:
+        namespace = runpy.run_path(str(PROGRAM / "__main__.py"), run_name="__main__")
+    finally:
+        sys.path.remove(str(PROGRAM))
+    output: pulumi.Output[Any] = namespace["pool"].outputs
+    return output
+
+
+@pulumi.runtime.test
+def test_one_spot_instance_per_slot_spread_over_zones(mocks: CloudMocks) -> pulumi.Output[Any]:
+    def check(instances: list[dict[str, Any]]) -> None:
+        assert sorted(mocks.instances) == ["gpu-slot-0", "gpu-slot-1", "gpu-slot-2"]
+        zones = [mocks.instances[f"gpu-slot-{i}"]["availabilityZone"] for i in range(3)]
+        assert zones == ["ap-singapore-2", "ap-singapore-3", "ap-singapore-2"]
+        first = mocks.instances["gpu-slot-0"]
+        assert first["instanceChargeType"] == "SPOTPAID"
+        assert first["spotInstanceType"] == "ONE-TIME" and first["spotMaxPrice"] == "1.25"
+        assert first["tags"] == {
+            "team": "ml",
+            "spotpool-pool-uid": "u-1",
+            "spotpool-pool": "team-a/gpu",
+            "spotpool-slot": "0",
+        }
+        assert "vpcId" not in first  # DEFAULT: left to the provider's default VPC
+        assert "password" not in first  # no built-in password, ever
+        assert [i["slot"] for i in instances] == [0, 1, 2]
+        assert instances[1]["instanceId"] == "ins-mock1"
+        assert instances[1]["publicIp"] == "43.0.0.1" and instances[1]["state"] == "RUNNING"
+
+    return run_program(stack_config()).apply(check)
+
+
+@pulumi.runtime.test
+def test_on_demand_pools_carry_no_spot_options(mocks: CloudMocks) -> pulumi.Output[Any]:
+    def check(_: object) -> None:
+        first = mocks.instances["gpu-slot-0"]
+        assert first["instanceChargeType"] == "POSTPAID_BY_HOUR"
+        assert "spotInstanceType" not in first and "spotMaxPrice" not in first
+
+    return run_program(stack_config(instanceChargeType="POSTPAID_BY_HOUR")).apply(check)
+
+
+def test_stack_config_holds_no_credentials() -> None:
+    config = stack_config(credentialsSecretRef=None, secretId="AKIDsecret", secretKey="shh")
+    rendered = json.dumps(config.to_pulumi_config())
+    assert "AKIDsecret" not in rendered and "shh" not in rendered
+    assert config.pool.stack_name == "team-a.gpu"
