@@ -1,5 +1,115 @@
-"""`spotpool emulator ...` commands."""
+"""`spotpool emulator serve | reclaim`: run the local Tencent Cloud, take spot instances back."""
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 import typer
+from aiohttp import web
 
-app = typer.Typer(help="A local Tencent Cloud API emulator.", no_args_is_help=True)
+from spotpool.emulator.server import Emulator, build_app
+from spotpool.emulator.store import CloudStore
+from spotpool.emulator.world import Settings, World
+
+# Well-known, documented keys like LocalStack's "test"/"test": the emulator guards nothing real.
+DEFAULT_SECRET_ID = "AKIDspotpoolEMULATOR0000000000000000"
+DEFAULT_SECRET_KEY = "spotpool-emulator-secret-key-0000"
+
+app = typer.Typer(help="A local Tencent Cloud API emulator (CVM with spot).", no_args_is_help=True)
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(9000, help="Port to listen on (0 picks a free one)."),
+    state: Path = typer.Option(
+        Path("emulator-state.db"), help="SQLite file holding the cloud; reused on restart."
+    ),
+    secret_id: str = typer.Option(
+        DEFAULT_SECRET_ID, envvar="TENCENTCLOUD_SECRET_ID", help="SecretId the API accepts."
+    ),
+    secret_key: str = typer.Option(
+        DEFAULT_SECRET_KEY,
+        envvar="TENCENTCLOUD_SECRET_KEY",
+        help="SecretKey for signatures (prefer the environment variable: argv is visible).",
+        show_default=False,
+    ),
+    boot_seconds: float = typer.Option(5.0, min=0, help="PENDING → RUNNING and other transitions."),
+    reclaim_rate: float = typer.Option(
+        0.0, min=0, help="Random spot reclaims, per running spot instance per hour."
+    ),
+    reclaim_notice_seconds: float = typer.Option(
+        0.0, min=0, help="How long a reclaimed instance keeps running after its notice."
+    ),
+) -> None:
+    """Serve the Tencent Cloud API 3.0 (cvm, tag, cbs, vpc) and the /_emulator admin routes."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
+    )
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    settings = Settings(
+        boot_seconds=boot_seconds,
+        reclaim_notice_seconds=reclaim_notice_seconds,
+        keys={secret_id: secret_key},
+    )
+    world = World(CloudStore(state), settings)
+
+    asyncio.run(_serve(Emulator(world, reclaim_rate_per_hour=reclaim_rate), host, port, state))
+
+
+async def _serve(emulator: Emulator, host: str, port: int, state: Path) -> None:
+    """Serve until SIGTERM or SIGINT, then close the state file cleanly."""
+    runner = web.AppRunner(build_app(emulator), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    bound_port = runner.addresses[0][1]
+    logging.getLogger("spotpool.emulator").info(
+        "serving the Tencent Cloud API on http://%s:%d (state %s, %d instances)",
+        host,
+        bound_port,
+        state,
+        len(emulator.world.store.instances),
+    )
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+    emulator.world.store.close()
+
+
+@app.command()
+def reclaim(
+    endpoint: str = typer.Option(..., help="The emulator, e.g. http://127.0.0.1:9000."),
+    instance_id: list[str] = typer.Option([], "--instance-id", help="Reclaim this instance."),
+    count: int | None = typer.Option(None, min=1, help="Reclaim this many spot instances."),
+    zone: str | None = typer.Option(None, help="With --count: only in this zone."),
+) -> None:
+    """Take spot instances back, the way the cloud does when it needs the capacity."""
+    if bool(instance_id) == (count is not None):
+        raise typer.BadParameter("give either --instance-id (one or more) or --count")
+    body: dict[str, object] = (
+        {"InstanceIds": instance_id} if instance_id else {"Count": count, "Zone": zone}
+    )
+    request = urllib.request.Request(
+        endpoint.rstrip("/") + "/_emulator/reclaim",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            reclaimed = json.load(response)["Reclaimed"]
+    except urllib.error.HTTPError as error:
+        typer.echo(f"the emulator refused: {json.load(error).get('Error', error.reason)}", err=True)
+        raise typer.Exit(1) from None
+    except urllib.error.URLError as error:
+        typer.echo(f"cannot reach the emulator at {endpoint}: {error.reason}", err=True)
+        raise typer.Exit(1) from None
+    for reclaimed_id in reclaimed:
+        typer.echo(reclaimed_id)

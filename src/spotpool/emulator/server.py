@@ -1,0 +1,330 @@
+"""The HTTP face of the emulator: Tencent Cloud API 3.0 on `/`, admin routes on `/_emulator/`."""
+
+import asyncio
+import json
+import logging
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from spotpool.emulator import cvm
+from spotpool.emulator.catalog import INSTANCE_TYPES, REGIONS, zones
+from spotpool.emulator.errors import ApiError
+from spotpool.emulator.services import CBS_ACTIONS, TAG_ACTIONS, VPC_ACTIONS, Handler
+from spotpool.emulator.signature import SignedRequest, verify
+from spotpool.emulator.world import Context, World
+
+log = logging.getLogger("spotpool.emulator")
+
+
+@dataclass(frozen=True)
+class Service:
+    version: str
+    actions: dict[str, Handler]
+    regional: bool = True
+
+
+SERVICES: dict[str, Service] = {
+    "cvm": Service("2017-03-12", cvm.ACTIONS),
+    "tag": Service("2018-08-13", TAG_ACTIONS, regional=False),
+    "cbs": Service("2017-03-12", CBS_ACTIONS),
+    "vpc": Service("2017-03-12", VPC_ACTIONS),
+}
+API_HOST_SUFFIX = ".tencentcloudapi.com"
+
+
+class Fault(BaseModel):
+    """Make a share of one action's calls fail (and/or be slow), as a real cloud sometimes does."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    service: str = Field("cvm", alias="Service")
+    action: str = Field("*", alias="Action")
+    code: str = Field("InternalError", alias="Code")
+    rate: float = Field(1.0, ge=0.0, le=1.0, alias="Rate")
+    latency_ms: int = Field(0, ge=0, le=60_000, alias="LatencyMs")
+
+    def matches(self, service: str, action: str) -> bool:
+        return self.service in (service, "*") and self.action in (action, "*")
+
+
+class CapacityRequest(BaseModel):
+    zone: str = Field(alias="Zone")
+    instance_type: str = Field(alias="InstanceType")
+    available: int | None = Field(alias="Available", ge=0)
+
+
+class ReclaimRequest(BaseModel):
+    instance_ids: list[str] = Field(default_factory=list, alias="InstanceIds")
+    count: int | None = Field(None, ge=1, alias="Count")
+    zone: str | None = Field(None, alias="Zone")
+
+
+_FAULT_MESSAGES = {
+    "RequestLimitExceeded": "Your request frequency has exceeded the limit.",
+    "InternalError": "An internal error has occurred. Retry your request.",
+}
+
+
+def _api_reply(body: dict[str, Any]) -> web.Response:
+    # Exactly `application/json`, no charset: the SDKs look for errors only under that type.
+    return web.Response(
+        body=json.dumps({"Response": body}).encode(), content_type="application/json"
+    )
+
+
+def _admin_error(status: int, message: str) -> web.Response:
+    return web.json_response({"Error": message}, status=status)
+
+
+class Emulator:
+    def __init__(self, world: World, reclaim_rate_per_hour: float = 0.0) -> None:
+        self.world = world
+        self.faults: list[Fault] = []
+        self.reclaim_rate_per_hour = reclaim_rate_per_hour
+        self._random = random.Random()
+
+    # -- the cloud API ---------------------------------------------------------------------
+    async def api(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        request_id = str(uuid.uuid4())
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        action = headers.get("x-tc-action") or request.query.get("Action", "")
+        service_name = "?"
+        try:
+            body = await request.read()
+            caller = verify(
+                SignedRequest(
+                    method=request.method,
+                    path=request.rel_url.path or "/",
+                    query=request.rel_url.raw_query_string,
+                    headers=headers,
+                    body=body,
+                ),
+                self.world.settings.keys,
+                time.time(),
+            )
+            service_name = caller.service
+            reply = await self._serve(caller.service, action, headers, body, request, request_id)
+            code = "OK"
+        except ApiError as error:
+            code = error.code
+            reply = {"Error": {"Code": error.code, "Message": error.message}}
+        except Exception:
+            log.exception("action=%s.%s failed inside the emulator", service_name, action)
+            code = "InternalError"
+            reply = {"Error": {"Code": code, "Message": _FAULT_MESSAGES[code]}}
+        reply["RequestId"] = request_id
+        log.info(
+            "action=%s.%s region=%s code=%s ms=%.1f request_id=%s",
+            service_name,
+            action or "-",
+            headers.get("x-tc-region", "-"),
+            code,
+            (time.perf_counter() - started) * 1000,
+            request_id,
+        )
+        return _api_reply(reply)
+
+    async def _serve(
+        self,
+        service_name: str,
+        action: str,
+        headers: dict[str, str],
+        body: bytes,
+        request: web.Request,
+        request_id: str,
+    ) -> dict[str, Any]:
+        host = headers.get("host", "").split(":")[0]
+        if host.endswith(API_HOST_SUFFIX) and host.split(".")[0] != service_name:
+            raise ApiError(
+                "AuthFailure.SignatureFailure",
+                f"The credential scope names service `{service_name}` but the host is `{host}`.",
+            )
+        service = SERVICES.get(service_name)
+        if not action:
+            raise ApiError("MissingParameter", "The request is missing the X-TC-Action header.")
+        handler = service.actions.get(action) if service else None
+        if service is None or handler is None:
+            raise ApiError(
+                "InvalidAction",
+                f"The action `{action}` of service `{service_name}` is not emulated "
+                "(or does not exist).",
+            )
+        version = headers.get("x-tc-version", "")
+        if version != service.version:
+            raise ApiError(
+                "InvalidAction",
+                f"The action `{action}` does not exist in version `{version}` of `{service_name}`"
+                f" (it is {service.version}).",
+            )
+        region = headers.get("x-tc-region") or request.query.get("Region", "")
+        if service.regional and not region:
+            raise ApiError("MissingParameter", "The request is missing the X-TC-Region header.")
+        if region and region not in REGIONS:
+            raise ApiError("UnsupportedRegion", f"The region `{region}` is not supported.")
+        params = self._params(request, body)
+        await self._inject_faults(service_name, action)
+        ctx = Context(world=self.world, region=region, request_id=request_id, now=time.time())
+        return handler(ctx, params)
+
+    @staticmethod
+    def _params(request: web.Request, body: bytes) -> dict[str, Any]:
+        if request.method == "GET":
+            return dict(request.query)
+        try:
+            params = json.loads(body or b"{}")
+        except json.JSONDecodeError as error:
+            raise ApiError("InvalidParameter", f"The request body is not JSON: {error}.") from None
+        if not isinstance(params, dict):
+            raise ApiError("InvalidParameter", "The request body must be a JSON object.")
+        return params
+
+    async def _inject_faults(self, service: str, action: str) -> None:
+        for fault in self.faults:
+            if not fault.matches(service, action):
+                continue
+            if fault.latency_ms:
+                await asyncio.sleep(fault.latency_ms / 1000)
+            if fault.rate and self._random.random() < fault.rate:
+                message = _FAULT_MESSAGES.get(fault.code, f"Injected fault {fault.code}.")
+                raise ApiError(fault.code, message)
+
+    # -- admin routes ----------------------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True, "instances": len(self.world.store.instances)})
+
+    async def instances(self, request: web.Request) -> web.Response:
+        self.world.advance()
+        return web.json_response(
+            {"Instances": [r.to_admin() for r in self.world.store.instances.values()]}
+        )
+
+    async def reclaim(self, request: web.Request) -> web.Response:
+        try:
+            asked = ReclaimRequest.model_validate(await request.json())
+        except (ValidationError, json.JSONDecodeError) as error:
+            return _admin_error(
+                400, f"expected {{InstanceIds: [...]}} or {{Count: N, Zone: Z}}: {error}"
+            )
+        self.world.advance()
+        candidates = [
+            r
+            for r in self.world.store.instances.values()
+            if r.spot and not r.gone and r.reclaim_at is None and r.state != "TERMINATING"
+        ]
+        if asked.instance_ids:
+            by_id = {r.instance_id: r for r in candidates}
+            missing = [i for i in asked.instance_ids if i not in by_id]
+            if missing:
+                return _admin_error(
+                    404, f"not live spot instances (or already reclaimed): {', '.join(missing)}"
+                )
+            chosen = [by_id[i] for i in asked.instance_ids]
+        elif asked.count is not None:
+            pool = [r for r in candidates if asked.zone is None or r.zone == asked.zone]
+            if len(pool) < asked.count:
+                return _admin_error(
+                    409, f"only {len(pool)} live spot instances to reclaim, {asked.count} asked"
+                )
+            chosen = self._random.sample(pool, asked.count)
+        else:
+            return _admin_error(400, "give InstanceIds or Count")
+        self.world.reclaim(chosen)
+        ids = [r.instance_id for r in chosen]
+        log.info("admin=reclaim instances=%s", ",".join(ids))
+        return web.json_response({"Reclaimed": ids})
+
+    async def set_capacity(self, request: web.Request) -> web.Response:
+        try:
+            asked = CapacityRequest.model_validate(await request.json())
+        except (ValidationError, json.JSONDecodeError) as error:
+            return _admin_error(400, f"expected {{Zone, InstanceType, Available}}: {error}")
+        if not any(asked.zone in zones(region) for region in REGIONS):
+            return _admin_error(400, f"unknown zone {asked.zone}")
+        if asked.instance_type not in INSTANCE_TYPES:
+            return _admin_error(400, f"unknown instance type {asked.instance_type}")
+        self.world.store.set_capacity(asked.zone, asked.instance_type, asked.available)
+        return await self.capacity(request)
+
+    async def capacity(self, request: web.Request) -> web.Response:
+        stock = self.world.store.capacity.items()
+        return web.json_response(
+            {"Capacity": [{"Zone": z, "InstanceType": t, "Available": n} for (z, t), n in stock]}
+        )
+
+    async def add_fault(self, request: web.Request) -> web.Response:
+        try:
+            fault = Fault.model_validate(await request.json())
+        except (ValidationError, json.JSONDecodeError) as error:
+            return _admin_error(
+                400, f"expected {{Service, Action, Code, Rate, LatencyMs}}: {error}"
+            )
+        self.faults.append(fault)
+        return await self.list_faults(request)
+
+    async def clear_faults(self, request: web.Request) -> web.Response:
+        self.faults.clear()
+        return await self.list_faults(request)
+
+    async def list_faults(self, request: web.Request) -> web.Response:
+        return web.json_response({"Faults": [f.model_dump(by_alias=True) for f in self.faults]})
+
+    async def termination_time(self, request: web.Request) -> web.Response:
+        """The instance-metadata answer a spot instance reads to learn it is being reclaimed."""
+        record = self.world.store.instances.get(request.match_info["instance_id"])
+        if record is None or record.termination_time is None:
+            raise web.HTTPNotFound()
+        beijing = datetime.fromtimestamp(record.termination_time, UTC) + timedelta(hours=8)
+        return web.Response(text=beijing.strftime("%Y-%m-%d %H:%M:%S"))
+
+    # -- random reclaims -------------------------------------------------------------------
+    async def reclaim_at_random(self, app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(self._reclaim_loop()) if self.reclaim_rate_per_hour > 0 else None
+        yield
+        if task is not None:
+            task.cancel()
+
+    async def _reclaim_loop(self) -> None:
+        chance_per_second = self.reclaim_rate_per_hour / 3600
+        while True:
+            await asyncio.sleep(1)
+            self.world.advance()
+            doomed = [
+                r
+                for r in self.world.store.instances.values()
+                if r.spot
+                and r.state == "RUNNING"
+                and r.reclaim_at is None
+                and self._random.random() < chance_per_second
+            ]
+            if doomed:
+                self.world.reclaim(doomed)
+                log.info(
+                    "admin=random-reclaim instances=%s", ",".join(r.instance_id for r in doomed)
+                )
+
+
+def build_app(emulator: Emulator) -> web.Application:
+    app = web.Application()
+    app.router.add_get("/_emulator/health", emulator.health)
+    app.router.add_get("/_emulator/instances", emulator.instances)
+    app.router.add_post("/_emulator/reclaim", emulator.reclaim)
+    app.router.add_get("/_emulator/capacity", emulator.capacity)
+    app.router.add_post("/_emulator/capacity", emulator.set_capacity)
+    app.router.add_get("/_emulator/faults", emulator.list_faults)
+    app.router.add_post("/_emulator/faults", emulator.add_fault)
+    app.router.add_delete("/_emulator/faults", emulator.clear_faults)
+    app.router.add_get(
+        "/_emulator/metadata/{instance_id}/spot/termination-time", emulator.termination_time
+    )
+    app.router.add_route("POST", "/", emulator.api)
+    app.router.add_route("GET", "/", emulator.api)
+    app.cleanup_ctx.append(emulator.reclaim_at_random)
+    return app

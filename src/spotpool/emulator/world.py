@@ -1,0 +1,144 @@
+"""The emulated cloud as a whole: the clock, identifiers, addresses, and the instances' lives."""
+
+import hashlib
+import secrets
+import string
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from spotpool.emulator.errors import not_found
+from spotpool.emulator.instances import GONE, InstanceRecord
+from spotpool.emulator.store import CloudStore
+
+_ID_ALPHABET = string.ascii_lowercase + string.digits
+
+
+@dataclass
+class Settings:
+    boot_seconds: float = 5.0  # PENDING → RUNNING, and every other transition
+    reclaim_notice_seconds: float = 0.0  # spot termination-time is announced this long before
+    keys: dict[str, str] = field(default_factory=dict)  # SecretId → SecretKey
+
+
+@dataclass
+class Context:
+    """One API call: who, where, when."""
+
+    world: "World"
+    region: str
+    request_id: str
+    now: float
+
+
+class World:
+    def __init__(
+        self, store: CloudStore, settings: Settings, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self._next_due = 0.0  # nothing changes state before this moment
+
+    # -- reading ---------------------------------------------------------------------------
+    def advance(self) -> None:
+        """Bring every instance's state up to the clock; cheap when nothing is due."""
+        now = self.clock()
+        if now < self._next_due:
+            return
+        changed = [
+            r
+            for r in self.store.instances.values()
+            if not r.gone and r.advance(now, self.settings.boot_seconds)
+        ]
+        if changed:
+            self.store.save(*changed)
+        self._recompute_due()
+
+    def _recompute_due(self) -> None:
+        due = [
+            moment
+            for r in self.store.instances.values()
+            if not r.gone
+            for moment in (r.transition_until, r.reclaim_at)
+            if moment is not None
+        ]
+        self._next_due = min(due, default=float("inf"))
+
+    def live(self, region: str) -> list[InstanceRecord]:
+        """The region's instances that DescribeInstances shows, oldest first."""
+        self.advance()
+        return [r for r in self.store.instances.values() if r.region == region and not r.gone]
+
+    def find(self, region: str, instance_ids: Iterable[str]) -> list[InstanceRecord]:
+        """Exactly these instances, or InvalidInstanceId.NotFound naming the missing ones."""
+        by_id = {r.instance_id: r for r in self.live(region)}
+        wanted = list(dict.fromkeys(instance_ids))
+        missing = [i for i in wanted if i not in by_id]
+        if missing:
+            raise not_found(missing)
+        return [by_id[i] for i in wanted]
+
+    # -- changing --------------------------------------------------------------------------
+    def touch(self, *records: InstanceRecord) -> None:
+        """Persist changed instances and take note of their next transition."""
+        self.store.save(*records)
+        for r in records:
+            for moment in (r.transition_until, r.reclaim_at):
+                if moment is not None and not r.gone:
+                    self._next_due = min(self._next_due, moment)
+
+    def terminate(self, records: list[InstanceRecord], request_id: str, reason: str) -> None:
+        now = self.clock()
+        for r in records:
+            if r.state == "TERMINATING":
+                continue  # already on its way out
+            r.gone_reason = reason
+            r.begin(
+                "TerminateInstances",
+                "TERMINATING",
+                GONE,
+                now + self.settings.boot_seconds,
+                request_id,
+            )
+            if reason == "terminated":
+                self._return_stock(r)
+        self.touch(*records)
+
+    def reclaim(self, records: list[InstanceRecord]) -> None:
+        """What the cloud does to a spot instance it wants back: notice, then termination."""
+        now = self.clock()
+        for r in records:
+            r.termination_time = now + self.settings.reclaim_notice_seconds
+            r.reclaim_at = r.termination_time
+        self.touch(*records)
+        self.advance()
+
+    def _return_stock(self, record: InstanceRecord) -> None:
+        key = (record.zone, record.instance_type)
+        if record.spot and key in self.store.capacity:
+            self.store.set_capacity(*key, self.store.capacity[key] + 1)
+
+    # -- naming ----------------------------------------------------------------------------
+    def new_id(self, prefix: str) -> str:
+        while True:
+            candidate = prefix + "".join(secrets.choice(_ID_ALPHABET) for _ in range(8))
+            if candidate not in self.store.instances:
+                return candidate
+
+    def private_ip(self) -> str:
+        n = self.store.next_number("private_ip")
+        return f"172.16.{n // 250 % 256}.{n % 250 + 2}"
+
+    def public_ip(self) -> str:
+        # 198.18.0.0/15 is reserved for benchmarks: never routed, never somebody's machine.
+        n = self.store.next_number("public_ip")
+        return f"198.{18 + n // 65536 % 2}.{n // 256 % 256}.{n % 256}"
+
+
+def default_vpc(region: str) -> str:
+    return "vpc-" + hashlib.sha256(region.encode()).hexdigest()[:8]
+
+
+def default_subnet(zone: str) -> str:
+    return "subnet-" + hashlib.sha256(zone.encode()).hexdigest()[:8]
