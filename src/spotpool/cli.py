@@ -4,6 +4,7 @@ import typer
 
 from spotpool.api.cli import app as crd_app
 from spotpool.cluster.cli import app as cluster_app
+from spotpool.demo import demo
 from spotpool.emulator.cli import app as emulator_app
 from spotpool.toolchain.cli import app as toolchain_app
 
@@ -17,3 +18,4 @@ app.add_typer(toolchain_app, name="toolchain")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(emulator_app, name="emulator")
 app.add_typer(crd_app, name="crd")
+app.command()(demo)
