@@ -258,7 +258,7 @@ def describe_instances(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
         records = [r for r in records if r.instance_id in wanted]
     records = apply_filters(records, p.filters)
     page = records[p.offset : p.offset + p.limit]
-    return {"TotalCount": len(records), "InstanceSet": [r.to_api() for r in page]}
+    return {"TotalCount": len(records), "InstanceSet": [ctx.world.view(r) for r in page]}
 
 
 def describe_instances_status(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -74,9 +75,7 @@ _FAULT_MESSAGES = {
 
 def _api_reply(body: dict[str, Any]) -> web.Response:
     # Exactly `application/json`, no charset: the SDKs look for errors only under that type.
-    return web.Response(
-        body=json.dumps({"Response": body}).encode(), content_type="application/json"
-    )
+    return web.Response(body=orjson.dumps({"Response": body}), content_type="application/json")
 
 
 def _admin_error(status: int, message: str) -> web.Response:

@@ -6,6 +6,7 @@ import string
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from spotpool.emulator.errors import not_found
 from spotpool.emulator.instances import GONE, InstanceRecord
@@ -39,6 +40,10 @@ class World:
         self.settings = settings
         self.clock = clock
         self._next_due = 0.0  # nothing changes state before this moment
+        # Describe calls dominate: keep each instance's API view and each region's live list
+        # until something changes them.
+        self._views: dict[str, dict[str, Any]] = {}
+        self._live: dict[str, list[InstanceRecord]] | None = None
 
     # -- reading ---------------------------------------------------------------------------
     def advance(self) -> None:
@@ -53,6 +58,7 @@ class World:
         ]
         if changed:
             self.store.save(*changed)
+            self._forget(changed)
         self._recompute_due()
 
     def _recompute_due(self) -> None:
@@ -68,7 +74,24 @@ class World:
     def live(self, region: str) -> list[InstanceRecord]:
         """The region's instances that DescribeInstances shows, oldest first."""
         self.advance()
-        return [r for r in self.store.instances.values() if r.region == region and not r.gone]
+        if self._live is None:
+            self._live = {}
+            for r in self.store.instances.values():
+                if not r.gone:
+                    self._live.setdefault(r.region, []).append(r)
+        return list(self._live.get(region, ()))
+
+    def view(self, record: InstanceRecord) -> dict[str, Any]:
+        """The instance as the API shows it (shared: callers must not change it)."""
+        view = self._views.get(record.instance_id)
+        if view is None:
+            view = self._views[record.instance_id] = record.to_api()
+        return view
+
+    def _forget(self, records: Iterable[InstanceRecord]) -> None:
+        for r in records:
+            self._views.pop(r.instance_id, None)
+        self._live = None
 
     def find(self, region: str, instance_ids: Iterable[str]) -> list[InstanceRecord]:
         """Exactly these instances, or InvalidInstanceId.NotFound naming the missing ones."""
@@ -83,6 +106,7 @@ class World:
     def touch(self, *records: InstanceRecord) -> None:
         """Persist changed instances and take note of their next transition."""
         self.store.save(*records)
+        self._forget(records)
         for r in records:
             for moment in (r.transition_until, r.reclaim_at):
                 if moment is not None and not r.gone:
