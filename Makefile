@@ -3,12 +3,12 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 SPOTPOOL := $(VENV)/bin/spotpool
-# The tools the tests and the demo run today. The Pulumi CLI, its Python language host and
-# the tencentcloud/kubernetes resource plugins are in `make toolchain` too, but this workplace's
-# Go module proxy refuses their modules (see README, "What cannot be built here").
-CLUSTER_TOOLS := etcd kube-apiserver kubectl
+# The tools the tests and the demo run. `make toolchain` installs these and the rest: the
+# optional Python language host and the kubernetes plugin, whose modules this workplace's Go
+# module proxy refuses (see README, "What cannot be built here").
+RUN_TOOLS := pulumi pulumi-resource-tencentcloud etcd kube-apiserver kubectl
 
-.PHONY: venv toolchain cluster-tools lint test demo clean
+.PHONY: venv toolchain run-tools lint test demo clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,18 +21,18 @@ venv: $(VENV)/.installed
 toolchain: venv
 	$(SPOTPOOL) toolchain install
 
-cluster-tools: venv
-	$(SPOTPOOL) toolchain install $(CLUSTER_TOOLS)
+run-tools: venv
+	$(SPOTPOOL) toolchain install $(RUN_TOOLS)
 
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-test: cluster-tools lint
+test: run-tools lint
 	$(VENV)/bin/pytest
 
-demo: cluster-tools
+demo: run-tools
 	$(SPOTPOOL) demo
 
 clean:

@@ -47,3 +47,30 @@ def test_placeholder_requirements_take_the_sibling_version() -> None:
         }
     )
     assert "replace k8s.io/api => k8s.io/api v0.36.3" in wrapper_go_mod(spec, "v1.36.3", gomod)
+
+
+def test_a_recipe_adds_its_requirements_and_its_replaces_win() -> None:
+    from spotpool.toolchain.gobuild import RECIPES
+    from spotpool.toolchain.manifest import TOOLS_BY_NAME
+
+    spec = TOOLS_BY_NAME["pulumi-resource-tencentcloud"].build
+    assert spec is not None and spec.recipe and (RECIPES / spec.recipe / "main.go").exists()
+    gomod = GoMod.model_validate(
+        {
+            "Go": "1.17",
+            "Replace": [
+                {
+                    "Old": {"Path": "github.com/hashicorp/terraform-plugin-sdk/v2"},
+                    "New": {
+                        "Path": "github.com/hashicorp/terraform-plugin-sdk/v2",
+                        "Version": "v9",
+                    },
+                }
+            ],
+        }
+    )
+    text = wrapper_go_mod(spec, spec.version, gomod)
+    assert f"require {spec.module} {spec.version}" in text
+    assert "require github.com/pulumi/pulumi-terraform-bridge/v3 v3.24.1" in text
+    assert "=> github.com/pulumi/terraform-plugin-sdk/v2 v2.0.0-" in text
+    assert "v9" not in text

@@ -39,6 +39,12 @@ def install_command(
             try:
                 record = install(tool, lambda line: console.log(line))
             except ToolUnavailable as err:
+                if tool.optional_because:
+                    console.print(
+                        f"[yellow]! {tool.name} {tool.version} cannot be had here "
+                        f"(optional: {tool.optional_because}):[/] {err}"
+                    )
+                    continue
                 console.print(f"[red]✗ {tool.name} {tool.version} cannot be had here:[/] {err}")
                 failed.append(tool.name)
                 continue
@@ -55,12 +61,16 @@ def install_command(
 def status_command(
     names: list[str] | None = typer.Argument(None, help="tools to check (default: all)"),
 ) -> None:
-    """One line per tool: name, version, path, ok or missing. Exits 1 if any is missing."""
+    """One line per tool: name, version, path, ok or missing. Exits 1 if a needed one is missing."""
     missing = 0
     for tool in _select(names):
         state = status(tool)
-        missing += not state.ok
-        print(f"{state.name}\t{state.version}\t{state.path}\t{state.detail}")
+        detail = state.detail
+        if not state.ok and tool.optional_because:
+            detail += " (optional)"
+        else:
+            missing += not state.ok
+        print(f"{state.name}\t{state.version}\t{state.path}\t{detail}")
     raise typer.Exit(1 if missing else 0)
 
 

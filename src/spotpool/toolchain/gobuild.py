@@ -45,19 +45,29 @@ class BuildReport(BaseModel):
     peak_rss_mib: float
 
 
-def _go_env() -> dict[str, str]:
+RECIPES = Path(__file__).parent / "recipes"
+
+
+def _go_env(checksum_db: bool = True) -> dict[str, str]:
     env = dict(os.environ)
     # Build against the module graph as published, adding go.sum entries as needed.
     env["GOFLAGS"] = (env.get("GOFLAGS", "") + " -mod=mod").strip()
+    if not checksum_db:
+        env["GOSUMDB"] = "off"
     return env
 
 
-def _run_go(args: list[str], cwd: Path) -> str:
+def _run_go(args: list[str], cwd: Path, checksum_db: bool = True) -> str:
     go = shutil.which("go")
     if go is None:
         raise ToolUnavailable("no `go` on PATH: install Go 1.24 or newer to build the toolchain")
     result = subprocess.run(
-        [go, *args], cwd=cwd, env=_go_env(), capture_output=True, text=True, check=False
+        [go, *args],
+        cwd=cwd,
+        env=_go_env(checksum_db),
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if result.returncode != 0:
         detail = (result.stderr or result.stdout).strip()
@@ -77,7 +87,11 @@ def _download_module(module: str, version: str, workdir: Path) -> dict[str, str]
 def _module_info(spec: GoBuild, workdir: Path) -> tuple[str, GoMod]:
     """Download the module; return its resolved version and its parsed go.mod."""
     info = json.loads(
-        _run_go(["mod", "download", "-json", f"{spec.module}@{spec.version}"], workdir)
+        _run_go(
+            ["mod", "download", "-json", f"{spec.module}@{spec.version}"],
+            workdir,
+            spec.checksum_db,
+        )
     )
     if info.get("Error"):
         raise ToolUnavailable(f"go mod download {spec.module}@{spec.version}: {info['Error']}")
@@ -93,11 +107,15 @@ def wrapper_go_mod(spec: GoBuild, version: str, gomod: GoMod) -> str:
         f"go {gomod.Go}",
         "",
         f"require {spec.module} {version}",
+        *(f"require {module} {wanted}" for module, wanted in spec.requires.items()),
         "",
+        *(f"replace {old} => {new}" for old, new in spec.replaces.items()),
     ]
     for replace in gomod.Replace or []:
         old, new = replace.Old, replace.New
         old_at = f"{old.Path} {old.Version}" if old.Version else old.Path
+        if old.Path in spec.replaces:  # the recipe's own choice wins
+            continue
         if new.Version:  # a module-path replace: keep it as it is
             lines.append(f"replace {old_at} => {new.Path} {new.Version}")
             continue
@@ -115,6 +133,9 @@ def build(spec: GoBuild, workdir: Path, output: Path) -> BuildReport:
     (workdir / "go.mod").unlink(missing_ok=True)
     version, gomod = _module_info(spec, workdir)
     (workdir / "go.mod").write_text(wrapper_go_mod(spec, version, gomod))
+    if spec.recipe:
+        for source in (RECIPES / spec.recipe).glob("*.go"):
+            shutil.copy2(source, workdir / source.name)
     args = ["build", "-o", str(output)]
     if spec.ldflags:
         args += ["-ldflags", " ".join(spec.ldflags)]
@@ -123,7 +144,11 @@ def build(spec: GoBuild, workdir: Path, output: Path) -> BuildReport:
     started = time.monotonic()
     with (workdir / "build.log").open("w") as log:
         proc = subprocess.Popen(
-            [go, *args], cwd=workdir, env=_go_env(), stdout=log, stderr=subprocess.STDOUT
+            [go, *args],
+            cwd=workdir,
+            env=_go_env(spec.checksum_db),
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         # wait4 gives this build's own peak memory (its compilers and linker included).
         _, status, usage = os.wait4(proc.pid, 0)

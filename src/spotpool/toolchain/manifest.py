@@ -6,11 +6,14 @@ Versions follow the pinned Python packages in pyproject.toml: the Pulumi CLI mat
 
 from pydantic import BaseModel, Field
 
-PULUMI_VERSION = "3.272.0"
+# The newest pulumi/pkg/v3 the Go module proxy serves here (v3.272.0 is refused).
+PULUMI_VERSION = "3.259.0"
 TENCENTCLOUD_PLUGIN_VERSION = "0.2.3"
-# pulumi-tencentcloud tags only its repository root, so the nested provider module is
-# fetched by the commit behind tag v0.2.3.
-TENCENTCLOUD_PROVIDER_COMMIT = "a8c3ff6da9f3054961da59ac682876e3c316ad62"
+# The proxy refuses the pulumi-tencentcloud provider module (every version tried) and every
+# recent terraform-provider-tencentcloud; v1.81.20 is served, with the bridge release that
+# pulumi-tencentcloud itself built it with. Our recipe wires the two together.
+TENCENTCLOUD_TERRAFORM_VERSION = "v1.81.20"
+TERRAFORM_BRIDGE_VERSION = "v3.24.1"
 KUBERNETES_PLUGIN_VERSION = "4.34.2"
 KUBERNETES_VERSION = "1.36.3"
 ETCD_VERSION = "3.6.8"  # the etcd that k8s.io/kubernetes v1.36.3 itself pins
@@ -27,6 +30,15 @@ class GoBuild(BaseModel):
     # the wrapper points each at the published module instead, at the version the main
     # module requires, or at this one where it requires a placeholder v0.0.0.
     sibling_version: str | None = None
+    # A main package of our own (a directory under toolchain/recipes/) built against
+    # `module`, for an upstream tool whose own main module the proxy refuses.
+    recipe: str | None = None
+    requires: dict[str, str] = Field(default_factory=dict, description="module -> version")
+    replaces: dict[str, str] = Field(
+        default_factory=dict, description="old module -> 'new module version'"
+    )
+    # The checksum database answers 404 for many older releases the proxy still serves.
+    checksum_db: bool = True
 
 
 class Tool(BaseModel):
@@ -41,6 +53,9 @@ class Tool(BaseModel):
     extra_files: dict[str, tuple[str, str, str]] = Field(
         default_factory=dict,
         description="file name -> (module, version, path in module) copied beside the binary",
+    )
+    optional_because: str | None = Field(
+        None, description="why nothing in the project needs it: missing is a warning, not a failure"
     )
 
 
@@ -89,6 +104,11 @@ TOOLS: list[Tool] = [
                 )
             ],
         ),
+        optional_because=(
+            "the engine runs the stack program inline through the Automation API, which "
+            "serves the language runtime itself; only `pulumi up/preview` typed by hand "
+            "in the repository need this host"
+        ),
         extra_files={
             "pulumi-language-python-exec": (
                 "github.com/pulumi/pulumi/sdk/v3",
@@ -110,14 +130,23 @@ TOOLS: list[Tool] = [
         ),
         download_member="pulumi-resource-tencentcloud",
         build=GoBuild(
-            module="github.com/tencentcloudstack/pulumi-tencentcloud/provider",
-            version=TENCENTCLOUD_PROVIDER_COMMIT,
-            package="github.com/tencentcloudstack/pulumi-tencentcloud/provider/cmd/pulumi-resource-tencentcloud",
-            ldflags=[
-                _x(
-                    "github.com/tencentcloudstack/pulumi-tencentcloud/provider/pkg/version.Version",
-                    TENCENTCLOUD_PLUGIN_VERSION,
+            module="github.com/tencentcloudstack/terraform-provider-tencentcloud",
+            version=TENCENTCLOUD_TERRAFORM_VERSION,
+            package=".",
+            recipe="pulumi-resource-tencentcloud",
+            requires={
+                "github.com/pulumi/pulumi-terraform-bridge/v3": TERRAFORM_BRIDGE_VERSION,
+                "github.com/hashicorp/terraform-plugin-sdk/v2": "v2.20.0",
+            },
+            replaces={
+                # The bridge needs Pulumi's fork of the plugin SDK (as pulumi-tencentcloud has).
+                "github.com/hashicorp/terraform-plugin-sdk/v2": (
+                    "github.com/pulumi/terraform-plugin-sdk/v2 v2.0.0-20220824175045-450992f2f5b9"
                 ),
+            },
+            checksum_db=False,
+            ldflags=[
+                _x("main.version", TENCENTCLOUD_PLUGIN_VERSION),
                 _x(
                     "github.com/tencentcloudstack/terraform-provider-tencentcloud/tencentcloud/"
                     "connectivity.ReqClient",
