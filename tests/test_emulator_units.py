@@ -10,7 +10,7 @@ from tencentcloud.common.sign import Sign
 from spotpool.emulator import params
 from spotpool.emulator.errors import ApiError
 from spotpool.emulator.instances import GONE, Disk, InstanceRecord
-from spotpool.emulator.signature import SignedRequest, signature, verify
+from spotpool.emulator.signature import SignedRequest, scope_service, signature, verify
 from spotpool.emulator.store import CloudStore
 from spotpool.emulator.world import Settings, World
 
@@ -79,6 +79,26 @@ def test_an_unknown_secret_id_is_not_found() -> None:
     with pytest.raises(ApiError) as raised:
         verify(_signed(b"{}"), {"AKIDother": "secret"}, NOW)
     assert raised.value.code == "AuthFailure.SecretIdNotFound"
+
+
+@pytest.mark.parametrize(
+    ("authorization", "service"),
+    [
+        (str(_signed(b"{}").headers["authorization"]), "cvm"),
+        (
+            "TC3-HMAC-SHA256 Credential=AKIDx/2026-01-01/tag/tc3_request, "
+            "SignedHeaders=host, Signature=not-hex",
+            "tag",
+        ),
+        ("Basic dXNlcjpwYXNzd29yZA==", None),
+        ("", None),
+    ],
+)
+def test_the_scope_names_the_service_even_when_the_signature_is_bad(
+    authorization: str, service: str | None
+) -> None:
+    """What the request log shows as `action=<service>.<Action>` for a refused request."""
+    assert scope_service(authorization) == service
 
 
 @pytest.mark.parametrize(

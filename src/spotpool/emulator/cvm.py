@@ -4,7 +4,7 @@ import base64
 import binascii
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from spotpool.emulator import params
@@ -201,41 +201,45 @@ def run_instances(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 
 
 # DescribeInstances filters: name → the values of an instance that the filter compares.
-_FILTERS: dict[str, Callable[[InstanceRecord], list[str]]] = {
-    "zone": lambda r: [r.zone],
-    "project-id": lambda r: [str(r.project_id)],
-    "instance-id": lambda r: [r.instance_id],
-    "instance-name": lambda r: [r.name],
-    "instance-state": lambda r: [r.state],
-    "instance-charge-type": lambda r: [r.charge_type],
-    "instance-type": lambda r: [r.instance_type],
-    "image-id": lambda r: [r.image_id],
-    "private-ip-address": lambda r: [r.private_ip],
-    "public-ip-address": lambda r: [r.public_ip] if r.public_ip else [],
-    "vpc-id": lambda r: [r.vpc_id],
-    "subnet-id": lambda r: [r.subnet_id],
+_FILTERS: dict[str, Callable[[InstanceRecord], Collection[str]]] = {
+    "zone": lambda r: (r.zone,),
+    "project-id": lambda r: (str(r.project_id),),
+    "instance-id": lambda r: (r.instance_id,),
+    "instance-name": lambda r: (r.name,),
+    "instance-state": lambda r: (r.state,),
+    "instance-charge-type": lambda r: (r.charge_type,),
+    "instance-type": lambda r: (r.instance_type,),
+    "image-id": lambda r: (r.image_id,),
+    "private-ip-address": lambda r: (r.private_ip,),
+    "public-ip-address": lambda r: (r.public_ip,) if r.public_ip else (),
+    "vpc-id": lambda r: (r.vpc_id,),
+    "subnet-id": lambda r: (r.subnet_id,),
     "security-group-id": lambda r: r.security_group_ids,
-    "tag-key": lambda r: list(r.tags),
-    "tag-value": lambda r: list(r.tags.values()),
+    "tag-key": lambda r: r.tags.keys(),
+    "tag-value": lambda r: r.tags.values(),
 }
 
 
-def _filter_values(record: InstanceRecord, name: str) -> list[str]:
+def _filter_getter(name: str) -> Callable[[InstanceRecord], Collection[str]]:
+    """The function giving an instance's values for filter `name`, or InvalidFilter."""
     if name.startswith("tag:"):
         key = name.removeprefix("tag:")
-        return [record.tags[key]] if key in record.tags else []
-    return _FILTERS[name](record)
+        return lambda r: (r.tags[key],) if key in r.tags else ()
+    getter = _FILTERS.get(name)
+    if getter is None:
+        names = ", ".join([*_FILTERS, "tag:KEY"])
+        raise ApiError("InvalidFilter", f"The filter `{name}` is not supported; use {names}.")
+    return getter
 
 
 def apply_filters(
     records: list[InstanceRecord], filters: list[params.Filter]
 ) -> list[InstanceRecord]:
+    """The records that match every filter (a filter matches when any of its values does)."""
     for f in filters:
-        if f.name not in _FILTERS and not f.name.startswith("tag:"):
-            names = ", ".join([*_FILTERS, "tag:KEY"])
-            raise ApiError("InvalidFilter", f"The filter `{f.name}` is not supported; use {names}.")
-        wanted = set(f.values)
-        records = [r for r in records if wanted.intersection(_filter_values(r, f.name))]
+        getter = _filter_getter(f.name)  # once per filter, not once per instance
+        wanted = frozenset(f.values)
+        records = [r for r in records if not wanted.isdisjoint(getter(r))]
     return records
 
 

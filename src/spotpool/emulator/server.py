@@ -4,6 +4,7 @@ import asyncio
 import json
 import logging
 import random
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -19,7 +20,7 @@ from spotpool.emulator import cvm
 from spotpool.emulator.catalog import INSTANCE_TYPES, REGIONS, zones
 from spotpool.emulator.errors import ApiError
 from spotpool.emulator.services import CBS_ACTIONS, TAG_ACTIONS, VPC_ACTIONS, Handler
-from spotpool.emulator.signature import SignedRequest, verify
+from spotpool.emulator.signature import SignedRequest, scope_service, verify
 from spotpool.emulator.world import Context, World
 
 log = logging.getLogger("spotpool.emulator")
@@ -39,6 +40,7 @@ SERVICES: dict[str, Service] = {
     "vpc": Service("2017-03-12", VPC_ACTIONS),
 }
 API_HOST_SUFFIX = ".tencentcloudapi.com"
+_SERVICE_NAME = re.compile(r"^[a-z0-9]+$")
 
 
 class Fault(BaseModel):
@@ -82,6 +84,22 @@ def _admin_error(status: int, message: str) -> web.Response:
     return web.json_response({"Error": message}, status=status)
 
 
+def _claimed_service(headers: dict[str, str]) -> str:
+    """The service a request names before its signature is checked, for the log line.
+
+    The credential scope's service (what the signature is checked against), else the first
+    label of a `<service>.tencentcloudapi.com` Host, else `?`.
+    """
+    service = scope_service(headers.get("authorization", ""))
+    if service is not None:
+        return service
+    host = headers.get("host", "").split(":")[0]
+    label = host.split(".")[0]
+    if host.endswith(API_HOST_SUFFIX) and _SERVICE_NAME.match(label):
+        return label
+    return "?"
+
+
 class Emulator:
     def __init__(self, world: World, reclaim_rate_per_hour: float = 0.0) -> None:
         self.world = world
@@ -95,7 +113,7 @@ class Emulator:
         request_id = str(uuid.uuid4())
         headers = {k.lower(): v for k, v in request.headers.items()}
         action = headers.get("x-tc-action") or request.query.get("Action", "")
-        service_name = "?"
+        service_name = _claimed_service(headers)  # logged even when the signature fails
         try:
             body = await request.read()
             caller = verify(

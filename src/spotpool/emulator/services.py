@@ -43,7 +43,12 @@ def _resource(ctx: Context, name: str) -> tuple[InstanceRecord, dict[str, str]]:
         )
     region = match["region"] or ctx.region
     found = None
-    if (match["service"], match["prefix"]) in {("cvm", "instance"), ("cbs", "volume")}:
+    # Disks are named both ways: the provider (v1.81) tags them as `cvm` volumes.
+    if (match["service"], match["prefix"]) in {
+        ("cvm", "instance"),
+        ("cvm", "volume"),
+        ("cbs", "volume"),
+    }:
         found = _tags_of(ctx, region, match["prefix"], match["id"])
     if found is None:
         raise ApiError("ResourceNotFound", f"The resource `{name}` does not exist.")

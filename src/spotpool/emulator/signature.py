@@ -22,6 +22,8 @@ _AUTHORIZATION = re.compile(
     r"(?P<service>[a-z0-9]+)/tc3_request,\s*SignedHeaders=(?P<headers>[a-z0-9;-]+),\s*"
     r"Signature=(?P<signature>[0-9a-f]{64})$"
 )
+# Only the credential scope's service, from a header that may be wrong in every other way.
+_SCOPE_SERVICE = re.compile(r"Credential=[^/\s]+/[^/\s]+/(?P<service>[a-z0-9]+)/tc3_request")
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,15 @@ def _canonical_request(request: SignedRequest, signed_headers: list[str], lower:
             payload_hash,
         ]
     )
+
+
+def scope_service(authorization: str) -> str | None:
+    """The service an Authorization header's credential scope names, checking nothing else.
+
+    For the request log: a request whose signature fails still says which service it meant.
+    """
+    match = _SCOPE_SERVICE.search(authorization)
+    return match["service"] if match else None
 
 
 def verify(request: SignedRequest, keys: Mapping[str, str], now: float) -> Caller:
