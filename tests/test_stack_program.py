@@ -74,10 +74,11 @@ def run_program(config: StackConfig) -> pulumi.Output[Any]:
     )
     sys.path.insert(0, str(PROGRAM))
     try:
-        namespace = runpy.run_path(str(PROGRAM / "__main__.py"), run_name="__main__")
+        namespace = runpy.run_path(str(PROGRAM / "program.py"))
+        pool = namespace["main"]()
     finally:
         sys.path.remove(str(PROGRAM))
-    output: pulumi.Output[Any] = namespace["pool"].outputs
+    output: pulumi.Output[Any] = pool.outputs
     return output
 
 

@@ -43,7 +43,7 @@ class SpotPool(pulumi.ComponentResource):
             instance_name=f"{c.pool.namespace}-{c.pool.name}-{slot}",
             hostname=f"{c.pool.name}-{slot}"[:60],
             availability_zone=c.zone_of(slot),
-            instance_type=c.instance_types[0],
+            instance_type=c.type_of(slot),
             image_id=c.image_id,
             instance_charge_type=c.charge_type.value,
             spot_instance_type="ONE-TIME" if spot else None,
@@ -61,7 +61,8 @@ class SpotPool(pulumi.ComponentResource):
             password=self._password,
             user_data_raw=c.user_data,
             tags=c.instance_tags(slot),
-            opts=pulumi.ResourceOptions(parent=self),
+            # A spot instance cannot be resized in place: a new type means new instances.
+            opts=pulumi.ResourceOptions(parent=self, replace_on_changes=["instanceType"]),
         )
 
     @staticmethod

@@ -199,11 +199,14 @@ class SpotpoolSpec(Model):
     tags: dict[str, str] | None = Field(
         None, max_length=40, description="Extra tags on every instance."
     )
-    refresh_interval: str = Field(
-        "60s",
+    refresh_interval: str | None = Field(
+        None,
         pattern=DURATION,
         min_length=2,
-        description="How often to look for reclaimed instances, for example 30s, 5m, 1h.",
+        description=(
+            "How often to look for reclaimed instances, for example 30s, 5m, 1h "
+            "(unset: the operator's --refresh-interval, 60s by default)."
+        ),
     )
     deletion_policy: DeletionPolicy = Field(
         DeletionPolicy.DELETE,

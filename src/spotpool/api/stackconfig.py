@@ -60,6 +60,10 @@ class StackConfig(Model):
     key_ids: list[str] = Field(default_factory=list)
     user_data: str | None = None
     tags: dict[str, str] = Field(default_factory=dict)
+    slot_types: dict[int, str] = Field(
+        default_factory=dict,
+        description="slots that fell back to a later instance type when the cloud had no stock",
+    )
 
     @classmethod
     def from_spec(cls, pool: PoolIdentity, spec: SpotpoolSpec) -> "StackConfig":
@@ -81,6 +85,31 @@ class StackConfig(Model):
             user_data=spec.user_data,
             tags=dict(spec.tags or {}),
         )
+
+    def type_of(self, slot: int) -> str:
+        """The first instance type, unless this slot fell back to a later one."""
+        return self.slot_types.get(slot, self.instance_types[0])
+
+    def falling_back(self, slots: list[int]) -> "StackConfig | None":
+        """This config with each of `slots` moved to its next instance type; None when one of
+        them has no type left to try."""
+        moved = dict(self.slot_types)
+        for slot in slots:
+            position = self.instance_types.index(self.type_of(slot)) + 1
+            if position >= len(self.instance_types):
+                return None
+            moved[slot] = self.instance_types[position]
+        return self.model_copy(update={"slot_types": moved})
+
+    def keeping_fallbacks(self, previous: "StackConfig", live_slots: set[int]) -> "StackConfig":
+        """Carry over the fallbacks of slots that still have an instance (changing their type
+        would replace them); a slot created afresh tries the first type again."""
+        kept = {
+            slot: kind
+            for slot, kind in previous.slot_types.items()
+            if slot in live_slots and slot < self.count and kind in self.instance_types
+        }
+        return self.model_copy(update={"slot_types": kept})
 
     def zone_of(self, slot: int) -> str:
         """Slots are spread over the zones in order: slot i lives in zone i mod len(zones)."""

@@ -1,0 +1,1 @@
+"""The engine: one Pulumi stack per Spotpool, driven through the Automation API."""

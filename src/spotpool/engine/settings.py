@@ -1,0 +1,55 @@
+"""Where stacks live and which cloud they talk to: everything an engine run needs but the spec."""
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, Field, SecretStr
+
+from spotpool.toolchain.paths import bin_dir
+
+
+def state_root() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "spotpool"
+
+
+def repository_root() -> Path:
+    """The directory holding Pulumi.yaml (the project) — the checkout this package runs from."""
+    return Path(__file__).resolve().parents[3]
+
+
+class EngineSettings(BaseModel):
+    backend_url: str = Field(description="Pulumi state backend: file://…, s3://… or https://…")
+    passphrase: SecretStr = Field(description="Passphrase of the stacks' secrets provider.")
+    work_root: Path = Field(description="Per-stack workspaces (stack settings files).")
+    project_dir: Path = Field(default_factory=repository_root)
+    cloud_endpoint: str | None = Field(
+        None, description="URL of `spotpool emulator serve`; None means the real Tencent Cloud."
+    )
+    tools_dir: Path = Field(default_factory=bin_dir, description="Where the pulumi CLI is.")
+
+    @classmethod
+    def from_env(cls) -> "EngineSettings":
+        state = state_root()
+        passphrase = os.environ.get("SPOTPOOL_PASSPHRASE") or os.environ.get(
+            "PULUMI_CONFIG_PASSPHRASE"
+        )
+        if not passphrase:
+            raise ValueError(
+                "no secrets passphrase: set SPOTPOOL_PASSPHRASE (or PULUMI_CONFIG_PASSPHRASE)"
+            )
+        backend = os.environ.get("SPOTPOOL_BACKEND_URL") or f"file://{state / 'backend'}"
+        return cls(
+            backend_url=backend,
+            passphrase=SecretStr(passphrase),
+            work_root=Path(os.environ.get("SPOTPOOL_WORK_DIR") or state / "workspaces"),
+            cloud_endpoint=os.environ.get("SPOTPOOL_CLOUD_ENDPOINT") or None,
+        )
+
+    def backend_for_display(self) -> str:
+        """The backend URL without any userinfo or query (which may carry credentials)."""
+        scheme, sep, rest = self.backend_url.partition("://")
+        if not sep:
+            return self.backend_url
+        host_and_path = rest.rsplit("@", 1)[-1].split("?", 1)[0]
+        return f"{scheme}://{host_and_path}"

@@ -1,0 +1,22 @@
+"""Pulumi program of a Spotpool stack: everything comes from stack config, nothing is built in.
+
+`main` is what the engine runs inline through the Automation API; `__main__.py` runs it when
+the Pulumi CLI runs the project itself.
+"""
+
+import pulumi
+from spot_pool import SpotPool
+
+from spotpool.api.stackconfig import PROJECT, StackConfig
+
+
+def main() -> SpotPool:
+    settings = pulumi.Config(PROJECT)
+    config = StackConfig.model_validate(settings.require_object("pool"))
+    pool = SpotPool(config.pool.name, config, login_password=settings.get_secret("loginPassword"))
+    pulumi.export("pool", f"{config.pool.namespace}/{config.pool.name}")
+    pulumi.export("desired", config.count)
+    pulumi.export("instances", pool.outputs)
+    # The rendered spec, so a stack can be previewed again (and inspected) from its state alone.
+    pulumi.export("config", config.model_dump(mode="json", by_alias=True))
+    return pool

@@ -1,0 +1,82 @@
+"""The real engine world: the pinned pulumi CLI and tencentcloud plugin, a file backend in a
+temporary directory, and an emulator process standing in for Tencent Cloud."""
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from spotpool.api.spec import SpotpoolSpec
+from spotpool.api.stackconfig import PoolIdentity, StackConfig
+from spotpool.engine.credentials import Credentials
+from spotpool.engine.settings import EngineSettings
+from spotpool.engine.stack import PoolStack
+from tests.conftest import require_tool
+from tests.emulator.harness import SECRET_ID, SECRET_KEY, EmulatorProcess, start_emulator
+
+REGION = "ap-singapore"
+
+
+def pool_spec(replicas: int, **extra: object) -> SpotpoolSpec:
+    return SpotpoolSpec.model_validate(
+        {
+            "region": REGION,
+            "availabilityZones": ["ap-singapore-2", "ap-singapore-3"],
+            "instanceTypes": ["GN7.2XLARGE32"],
+            "minimum": 0,
+            "maximum": 20,
+            "replicas": replicas,
+            "vpcId": "DEFAULT",
+            "subnetId": "DEFAULT",
+            "imageId": "img-eb30mz89",
+            "instanceChargeType": "SPOTPAID",
+            "credentialsSecretRef": {"name": "tencentcloud"},
+            **extra,
+        }
+    )
+
+
+@dataclass
+class EngineWorld:
+    emulator: EmulatorProcess
+    settings: EngineSettings
+    credentials: Credentials
+    progress: list[str]
+
+    def pool(self, name: str = "gpu") -> PoolStack:
+        identity = PoolIdentity(namespace="team-a", name=name, uid=str(uuid.uuid4()))
+        return PoolStack(identity, self.settings, self.credentials, REGION, self.progress.append)
+
+    def config(self, stack: PoolStack, replicas: int, **extra: object) -> StackConfig:
+        return StackConfig.from_spec(stack.pool, pool_spec(replicas, **extra))
+
+    def cloud_instances(self, stack: PoolStack) -> dict[str, str]:
+        """id -> state of every instance the emulator lists with this pool's uid tag."""
+        return {
+            item["InstanceId"]: item["InstanceState"]
+            for item in self.emulator.all_instances()
+            if not item.get("Gone")
+            and {"Key": "spotpool-pool-uid", "Value": stack.pool.uid} in (item.get("Tags") or [])
+        }
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[EngineWorld]:
+    require_tool("pulumi")
+    require_tool("pulumi-resource-tencentcloud")
+    emulator = start_emulator(tmp_path / "cloud.db", tmp_path / "emulator.log", boot_seconds=0)
+    settings = EngineSettings(
+        backend_url=f"file://{tmp_path / 'backend'}",
+        passphrase=SecretStr("engine-tests-passphrase"),
+        work_root=tmp_path / "workspaces",
+        cloud_endpoint=emulator.endpoint,
+    )
+    (tmp_path / "backend").mkdir()
+    credentials = Credentials(secret_id=SecretStr(SECRET_ID), secret_key=SecretStr(SECRET_KEY))
+    try:
+        yield EngineWorld(emulator, settings, credentials, [])
+    finally:
+        emulator.stop()

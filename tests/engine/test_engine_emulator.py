@@ -1,0 +1,222 @@
+"""The engine for real: pulumi CLI, the tencentcloud plugin and the emulator as the cloud."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from spotpool.engine import cloud
+from spotpool.engine.results import OperationKind
+from spotpool.engine.stack import EngineError
+from tests.emulator.harness import SECRET_ID, SECRET_KEY, run_spot, wait_until
+from tests.engine.conftest import REGION, EngineWorld
+
+pytestmark = pytest.mark.integration
+
+
+def _ids_by_slot(instances: list) -> dict[int, str]:  # type: ignore[type-arg]
+    return {item.slot: item.instance_id for item in instances}
+
+
+def test_up_creates_spot_instances_and_outputs_match(world: EngineWorld) -> None:
+    stack = world.pool()
+    result = stack.up(world.config(stack, 3))
+
+    assert result.kind == OperationKind.UP
+    assert result.changes.create >= 3
+    cloud = world.cloud_instances(stack)
+    assert sorted(cloud) == sorted(i.instance_id for i in result.instances)
+    assert set(cloud.values()) == {"RUNNING"}
+    assert [i.slot for i in result.instances] == [0, 1, 2]
+    assert [i.zone for i in result.instances] == [
+        "ap-singapore-2",
+        "ap-singapore-3",
+        "ap-singapore-2",
+    ]
+    described = {i["InstanceId"]: i for i in world.emulator.all_instances()}
+    assert {described[i]["InstanceChargeType"] for i in cloud} == {"SPOTPAID"}
+    assert all(i.private_ip for i in result.instances)
+
+
+def test_reclaimed_slot_is_found_by_refresh_and_recreated_alone(world: EngineWorld) -> None:
+    stack = world.pool()
+    first = _ids_by_slot(stack.up(world.config(stack, 3)).instances)
+
+    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[1]]})
+    wait_until(lambda: first[1] not in world.cloud_instances(stack), "the reclaim", timeout=30)
+
+    refreshed = stack.refresh()
+    assert refreshed.gone_slots == [1]
+    again = stack.up(world.config(stack, 3))
+    second = _ids_by_slot(again.instances)
+    assert again.changes.create == 1
+    assert second[0] == first[0] and second[2] == first[2]
+    assert second[1] != first[1]
+    assert sorted(world.cloud_instances(stack)) == sorted(second.values())
+
+
+def test_scaling_keeps_the_lowest_slots(world: EngineWorld) -> None:
+    stack = world.pool()
+    three = _ids_by_slot(stack.up(world.config(stack, 3)).instances)
+    five = _ids_by_slot(stack.up(world.config(stack, 5)).instances)
+    assert {s: five[s] for s in range(3)} == three
+    two = _ids_by_slot(stack.up(world.config(stack, 2)).instances)
+    assert two == {0: three[0], 1: three[1]}
+    assert sorted(world.cloud_instances(stack)) == sorted(two.values())
+
+
+def test_destroy_leaves_no_instance_and_no_stack(world: EngineWorld) -> None:
+    stack = world.pool()
+    stack.up(world.config(stack, 2))
+    assert stack.refresh().gone_slots == []
+    stack.destroy()
+    served = world.emulator.log_text()
+    for action in (
+        "cvm.RunInstances",
+        "cvm.DescribeInstances",
+        "cvm.TerminateInstances",
+        "tag.ModifyResourceTags",
+        "tag.DescribeResourceTagsByResourceIds",
+    ):
+        assert f"action={action} region=ap-singapore code=OK" in served
+    assert world.cloud_instances(stack) == {}
+    stacks_dir = Path(world.settings.backend_url.removeprefix("file://")) / ".pulumi" / "stacks"
+    assert not list(stacks_dir.glob(f"**/{stack.name}.json"))  # only the .bak copy is kept
+
+
+def test_credentials_never_reach_config_or_state(world: EngineWorld) -> None:
+    stack = world.pool()
+    stack.up(world.config(stack, 1), login_password="Sp0tpool-Login-Password")
+    env = {**os.environ, **stack._run_env()}
+    exported = subprocess.run(
+        [str(world.settings.tools_dir / "pulumi"), "stack", "export", "--stack", stack.name],
+        cwd=world.settings.work_root / stack.name,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    files = [exported] + [
+        p.read_text() for p in (world.settings.work_root / stack.name).glob("Pulumi.*.yaml")
+    ]
+    for text in files:
+        for secret in (SECRET_ID, SECRET_KEY, "Sp0tpool-Login-Password"):
+            assert secret not in text
+    assert json.loads(exported)["deployment"]["resources"]
+
+
+KILLED_UP = """
+import sys, uuid
+from pydantic import SecretStr
+from spotpool.api.stackconfig import PoolIdentity
+from spotpool.engine.credentials import Credentials
+from spotpool.engine.settings import EngineSettings
+from spotpool.engine.stack import PoolStack
+from tests.engine.conftest import REGION, pool_spec
+from spotpool.api.stackconfig import StackConfig
+
+settings = EngineSettings.model_validate_json(sys.argv[1])
+identity = PoolIdentity.model_validate_json(sys.argv[2])
+creds = Credentials(secret_id=SecretStr(sys.argv[3]), secret_key=SecretStr(sys.argv[4]))
+stack = PoolStack(identity, settings, creds, REGION, lambda line: print(line, flush=True))
+stack.up(StackConfig.from_spec(identity, pool_spec(4)))
+"""
+
+
+def test_killed_up_is_recovered_without_leaks_or_stuck_lock(
+    world: EngineWorld, tmp_path: Path
+) -> None:
+    stack = world.pool()
+    settings_json = world.settings.model_dump_json()
+    settings_json = json.dumps(
+        {**json.loads(settings_json), "passphrase": "engine-tests-passphrase"}
+    )
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            KILLED_UP,
+            settings_json,
+            stack.pool.model_dump_json(),
+            SECRET_ID,
+            SECRET_KEY,
+        ],
+        cwd=Path(__file__).parents[2],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: the kill takes the CLI and plugin too
+    )
+    wait_until(lambda: world.cloud_instances(stack), "the first instance", timeout=120)
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait(timeout=30)
+    time.sleep(0.5)
+
+    result = stack.up(world.config(stack, 4))
+
+    assert result.recovered, "the killed run left nothing to repair?"
+    ids = sorted(i.instance_id for i in result.instances)
+    assert len(ids) == 4
+    assert sorted(world.cloud_instances(stack)) == ids
+    locks = Path(world.settings.backend_url.removeprefix("file://")) / ".pulumi" / "locks"
+    assert not list(locks.glob(f"**/{stack.name}/*.json"))
+
+
+def test_refresh_terminates_instances_tagged_for_the_pool_but_not_in_its_state(
+    world: EngineWorld,
+) -> None:
+    stack = world.pool()
+    owned = _ids_by_slot(stack.up(world.config(stack, 1)).instances)
+    config = world.config(stack, 1)
+    client = cloud.cvm(world.credentials, REGION, world.emulator.endpoint)
+    stray = run_spot(
+        client,
+        count=1,
+        zone="ap-singapore-2",
+        instance_type="GN7.2XLARGE32",
+        tags=config.instance_tags(5),
+        ImageId="img-eb30mz89",
+    )
+    assert set(stray) <= set(world.cloud_instances(stack))
+
+    result = stack.refresh()
+
+    assert any(stray[0] in note for note in result.recovered)
+    wait_until(lambda: set(world.cloud_instances(stack)) == {owned[0]}, "the stray's end", 30)
+
+
+def test_no_spot_stock_falls_back_to_the_next_instance_type(world: EngineWorld) -> None:
+    world.emulator.admin_ok(
+        "POST",
+        "/_emulator/capacity",
+        {"Zone": "ap-singapore-2", "InstanceType": "GN7.2XLARGE32", "Available": 1},
+    )
+    stack = world.pool()
+    config = world.config(stack, 3, instanceTypes=["GN7.2XLARGE32", "GN7.5XLARGE80"])
+
+    first = stack.up(config)
+
+    types = sorted(i.instance_type or "" for i in first.instances)
+    assert types == ["GN7.2XLARGE32", "GN7.2XLARGE32", "GN7.5XLARGE80"]
+    assert any("no spot stock" in note for note in first.recovered)
+    again = stack.up(config)  # the fallback is kept: nothing is replaced
+    assert (again.changes.create, again.changes.replace, again.changes.delete) == (0, 0, 0)
+    assert len(world.cloud_instances(stack)) == 3
+
+
+def test_no_stock_and_no_fallback_fails_saying_so_and_creates_nothing_more(
+    world: EngineWorld,
+) -> None:
+    world.emulator.admin_ok(
+        "POST",
+        "/_emulator/capacity",
+        {"Zone": "ap-singapore-2", "InstanceType": "GN7.2XLARGE32", "Available": 0},
+    )
+    stack = world.pool()
+    with pytest.raises(EngineError, match="ResourceInsufficient"):
+        stack.up(world.config(stack, 2))
+    assert len(world.cloud_instances(stack)) == 1  # slot 1 lives in the zone with stock

@@ -1,0 +1,33 @@
+"""Instance-type fallbacks: which slot moves to which type, and which fallbacks are kept."""
+
+from spotpool.api.spec import SpotpoolSpec
+from spotpool.api.stackconfig import PoolIdentity, StackConfig
+
+
+def config(replicas: int = 3) -> StackConfig:
+    spec = SpotpoolSpec.model_validate(
+        {
+            "region": "ap-singapore",
+            "availabilityZone": "ap-singapore-2",
+            "instanceTypes": ["GN7.2XLARGE32", "GN7.5XLARGE80"],
+            "maximum": 5,
+            "replicas": replicas,
+            "imageId": "img-abc",
+            "credentialsSecretRef": {"name": "c"},
+        }
+    )
+    return StackConfig.from_spec(PoolIdentity(namespace="a", name="b", uid="u"), spec)
+
+
+def test_a_slot_falls_back_once_then_has_nothing_left() -> None:
+    moved = config().falling_back([2])
+    assert moved is not None
+    assert [moved.type_of(s) for s in range(3)] == ["GN7.2XLARGE32"] * 2 + ["GN7.5XLARGE80"]
+    assert moved.falling_back([2]) is None
+
+
+def test_only_live_slots_within_the_pool_keep_their_fallback() -> None:
+    previous = config(4).model_copy(update={"slot_types": {1: "GN7.5XLARGE80", 3: "GN7.5XLARGE80"}})
+    kept = config(3).keeping_fallbacks(previous, live_slots={0, 3})
+    assert kept.slot_types == {}  # slot 1 is gone (recreated on the first type), 3 is beyond N
+    assert config(3).keeping_fallbacks(previous, live_slots={1}).slot_types == {1: "GN7.5XLARGE80"}
