@@ -1,0 +1,1 @@
+"""Preview diffs of Spotpool manifests (and of the stack program) for pull requests."""

@@ -1,0 +1,78 @@
+"""`spotpool preview`: what merging a change would do in the cloud, for pull requests."""
+
+import os
+from enum import StrEnum
+from pathlib import Path
+
+import typer
+from pydantic import SecretStr
+
+from spotpool.engine.credentials import Credentials
+from spotpool.engine.settings import EngineSettings
+from spotpool.preview import manifests, report
+from spotpool.preview.run import preview_manifests, preview_stacks
+
+
+class Format(StrEnum):
+    MARKDOWN = "markdown"
+    TEXT = "text"
+    JSON = "json"
+
+
+def preview(
+    files: list[Path] = typer.Option(
+        [], "--file", "-f", help="Spotpool manifest file or directory (repeatable)."
+    ),
+    all_stacks: bool = typer.Option(
+        False,
+        "--all-stacks",
+        help="Preview every pool's stack with its own config and this tree's stack program.",
+    ),
+    backend: str | None = typer.Option(
+        None, envvar="SPOTPOOL_BACKEND_URL", help="State backend (default: the local one)."
+    ),
+    cloud_endpoint: str | None = typer.Option(
+        None, envvar="SPOTPOOL_CLOUD_ENDPOINT", help="`spotpool emulator` URL; unset: real cloud."
+    ),
+    namespace: str = typer.Option("default", help="Namespace of manifests that name none."),
+    output_format: Format = typer.Option(Format.MARKDOWN, "--format"),
+    output: Path | None = typer.Option(None, "--output", help="Write here instead of stdout."),
+) -> None:
+    """Preview Spotpool manifests (or all stacks) without changing anything.
+
+    Exit code: 0 no changes, 2 changes, 1 errors. Cloud keys come from TENCENTCLOUD_SECRET_ID
+    and TENCENTCLOUD_SECRET_KEY, the stacks' passphrase from PULUMI_CONFIG_PASSPHRASE.
+    """
+    if not files and not all_stacks:
+        raise typer.BadParameter("give --file (manifests) or --all-stacks")
+    settings = EngineSettings.from_env()
+    settings.backend_url = backend or settings.backend_url
+    settings.cloud_endpoint = cloud_endpoint or settings.cloud_endpoint
+    credentials = _credentials()
+    found = manifests.find(files, namespace) if files else []
+    previews = preview_manifests(found, settings, credentials) if files else []
+    if all_stacks:
+        previews += preview_stacks(settings, credentials)
+    render = {
+        Format.MARKDOWN: report.to_markdown,
+        Format.TEXT: report.to_text,
+        Format.JSON: report.to_json,
+    }[output_format]
+    text = render(previews)
+    if output:
+        output.write_text(text)
+    else:
+        typer.echo(text, nl=False)
+    if any(p.error for p in previews):
+        raise typer.Exit(1)
+    raise typer.Exit(2 if report.has_changes(previews) else 0)
+
+
+def _credentials() -> Credentials:
+    secret_id = os.environ.get("TENCENTCLOUD_SECRET_ID")
+    secret_key = os.environ.get("TENCENTCLOUD_SECRET_KEY")
+    if not secret_id or not secret_key:
+        raise typer.BadParameter(
+            "set TENCENTCLOUD_SECRET_ID and TENCENTCLOUD_SECRET_KEY (read-only keys suffice)"
+        )
+    return Credentials(secret_id=SecretStr(secret_id), secret_key=SecretStr(secret_key))
