@@ -1,5 +1,7 @@
-"""`spotpool demo` end to end: emulator, cluster, CRD, pools, a reclaim — and nothing left over."""
+"""`spotpool demo` end to end: emulator, cluster, CRD, the operator converging the article's pool,
+a reclaim replaced, the pool destroyed — and nothing left over."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,19 +26,22 @@ def _processes_mentioning(text: str) -> list[str]:
 
 @pytest.mark.e2e
 def test_demo_runs_the_local_world_and_cleans_up(tmp_path: Path) -> None:
-    for tool in ("etcd", "kube-apiserver", "kubectl"):
+    for tool in ("etcd", "kube-apiserver", "kubectl", "pulumi", "pulumi-resource-tencentcloud"):
         require_tool(tool)
     result = subprocess.run(
         [sys.executable, "-m", "spotpool", "demo", "--dir", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    assert "spotpool-sample" in out and "gpu-pool" in out  # both manifests admitted
-    assert "pool default.gpu-pool: 2 of 3" in out  # 3 booted, 1 reclaimed
-    assert "Secret tencentcloud" in out
+    assert "phase Ready, 2 of 2 ready, 2 exist" in out  # the operator converged the pool
+    assert "event Reclaimed" in out and "event Replaced" in out
+    assert "status.reclaims: total 1" in out
+    assert re.search(r"spotpool-sample\s+2\s+2\s+Ready", out)  # kubectl get spotpools
+    assert '"pool": "default/spotpool-sample"' in out  # pulumi stack output
+    assert "instances of the pool left in the cloud: 0" in out
     emulator_log = (tmp_path / "emulator.log").read_text()
     assert "action=cvm.RunInstances" in emulator_log
     assert "admin=reclaim" in emulator_log

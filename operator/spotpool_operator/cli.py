@@ -1,0 +1,175 @@
+"""`spotpool operator run`: every flag also read from an environment variable."""
+
+import os
+from enum import StrEnum
+from pathlib import Path
+
+import typer
+from pydantic import SecretStr, ValidationError
+
+from spotpool.api.spec import parse_duration
+
+app = typer.Typer(help="The Spotpool operator (kopf).", no_args_is_help=True)
+
+
+class LogFormat(StrEnum):
+    plain = "plain"
+    full = "full"
+    json = "json"
+
+
+def _seconds(text: str) -> float:
+    """30, 30s, 5m or 1h30m."""
+    try:
+        return float(text)
+    except ValueError:
+        return parse_duration(text)
+
+
+def _passphrase(passphrase_file: Path | None) -> SecretStr:
+    if passphrase_file is not None:
+        try:
+            text = passphrase_file.read_text().strip()
+        except OSError as error:
+            raise typer.BadParameter(f"cannot read {passphrase_file}: {error.strerror}") from None
+        if not text:
+            raise typer.BadParameter(f"{passphrase_file} is empty")
+        return SecretStr(text)
+    from_env = os.environ.get("SPOTPOOL_PASSPHRASE") or os.environ.get("PULUMI_CONFIG_PASSPHRASE")
+    if not from_env:
+        raise typer.BadParameter(
+            "no secrets passphrase for the stacks: set PULUMI_CONFIG_PASSPHRASE "
+            "or pass --passphrase-file (for example a mounted Secret)",
+            param_hint="--passphrase-file",
+        )
+    return SecretStr(from_env)
+
+
+@app.command()
+def run(
+    namespace: list[str] = typer.Option(
+        [],
+        "--namespace",
+        "-n",
+        envvar="SPOTPOOL_NAMESPACE",
+        help="Namespace to serve (repeat, or comma-separate; kopf globs work).",
+    ),
+    all_namespaces: bool = typer.Option(
+        False,
+        "--all-namespaces",
+        "-A",
+        envvar="SPOTPOOL_ALL_NAMESPACES",
+        help="Serve every namespace (the default when no --namespace is given).",
+    ),
+    backend: str | None = typer.Option(
+        None,
+        "--backend",
+        envvar="SPOTPOOL_BACKEND_URL",
+        help="Pulumi state backend (file://, s3://, https://). Default: a file backend "
+        "under $XDG_STATE_HOME/spotpool.",
+    ),
+    cloud_endpoint: str | None = typer.Option(
+        None,
+        "--cloud-endpoint",
+        envvar="SPOTPOOL_CLOUD_ENDPOINT",
+        help="URL of `spotpool emulator serve`; unset means the real Tencent Cloud.",
+    ),
+    max_concurrent: int = typer.Option(
+        4,
+        "--max-concurrent",
+        min=1,
+        max=256,
+        envvar="SPOTPOOL_MAX_CONCURRENT",
+        help="Engine operations in flight across all pools.",
+    ),
+    refresh_interval: str = typer.Option(
+        "60s",
+        "--refresh-interval",
+        envvar="SPOTPOOL_REFRESH_INTERVAL",
+        help="Refresh period of pools that set no spec.refreshInterval (seconds, or 30s/5m).",
+    ),
+    full_refresh_every: int = typer.Option(
+        60,
+        "--full-refresh-every",
+        min=0,
+        envvar="SPOTPOOL_FULL_REFRESH_EVERY",
+        help="Each refresh first asks the cloud (one call) whether every instance is alive, "
+        "and runs a Pulumi refresh only when one is missing, or every N-th time (0: never).",
+    ),
+    passphrase_file: Path | None = typer.Option(
+        None,
+        "--passphrase-file",
+        envvar="SPOTPOOL_PASSPHRASE_FILE",
+        help="File holding the stacks' secrets passphrase (else PULUMI_CONFIG_PASSPHRASE).",
+    ),
+    work_dir: Path | None = typer.Option(
+        None, "--work-dir", envvar="SPOTPOOL_WORK_DIR", help="Per-stack workspaces."
+    ),
+    metrics_host: str = typer.Option(
+        "127.0.0.1",
+        "--metrics-host",
+        envvar="SPOTPOOL_METRICS_HOST",
+        help="Address of the metrics and liveness ports (0.0.0.0 in a pod).",
+    ),
+    metrics_port: int = typer.Option(
+        9090,
+        "--metrics-port",
+        min=0,
+        max=65535,
+        envvar="SPOTPOOL_METRICS_PORT",
+        help="Prometheus metrics on http://HOST:PORT/metrics; 0 turns them off.",
+    ),
+    liveness_port: int = typer.Option(
+        8081,
+        "--liveness-port",
+        min=0,
+        max=65535,
+        envvar="SPOTPOOL_LIVENESS_PORT",
+        help="kopf's liveness probe on http://HOST:PORT/healthz; 0 turns it off.",
+    ),
+    log_format: LogFormat = typer.Option(
+        LogFormat.json, "--log-format", envvar="SPOTPOOL_LOG_FORMAT", help="Log line format."
+    ),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logs."),
+) -> None:
+    """Keep every Spotpool converged: up on change, refresh on a timer, replace reclaims."""
+    import kopf
+
+    from spotpool.engine.settings import EngineSettings, state_root
+    from spotpool_operator.runner import run as run_operator
+    from spotpool_operator.settings import OperatorSettings
+
+    namespaces = [part.strip() for item in namespace for part in item.split(",") if part.strip()]
+    if namespaces and all_namespaces:
+        raise typer.BadParameter("give --namespace or --all-namespaces, not both")
+    try:
+        interval = _seconds(refresh_interval)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--refresh-interval") from None
+    state = state_root()
+    backend_url = backend or f"file://{state / 'backend'}"
+    if backend_url.startswith("file://"):
+        Path(backend_url.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
+    try:
+        settings = OperatorSettings(
+            engine=EngineSettings(
+                backend_url=backend_url,
+                passphrase=_passphrase(passphrase_file),
+                work_root=work_dir or state / "workspaces",
+                cloud_endpoint=cloud_endpoint or None,
+            ),
+            namespaces=namespaces,
+            all_namespaces=all_namespaces or not namespaces,
+            max_concurrent=max_concurrent,
+            refresh_interval=interval,
+            full_refresh_every=full_refresh_every,
+            metrics_host=metrics_host,
+            metrics_port=metrics_port,
+            liveness_port=liveness_port,
+        )
+    except ValidationError as error:
+        raise typer.BadParameter(str(error)) from None
+    kopf.configure(
+        verbose=verbose, log_format=kopf.LogFormat[log_format.name.upper()], log_prefix=True
+    )
+    run_operator(settings)

@@ -1,0 +1,93 @@
+"""The kopf handlers: they turn kopf's causes into Reconciler calls and failures into retries.
+
+- create / update of the spec / resume → `converge` (an `up`);
+- a daemon per pool → `check_reclaims` once every refreshInterval after the last operation;
+- delete → the finalizer runs `delete` (destroy, or forget with deletionPolicy Retain).
+"""
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from spotpool.api.spec import GROUP, PLURAL, VERSION
+from spotpool_operator.failures import PoolProblem
+from spotpool_operator.pools import PoolRef
+from spotpool_operator.reconciler import Reconciler
+
+RESOURCE = (GROUP, VERSION, PLURAL)
+PREFIX = GROUP  # annotations and the finalizer carry the API group, not kopf's
+Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
+
+
+def _retry_or_stop(problem: PoolProblem, delay: float) -> kopf.TemporaryError | kopf.PermanentError:
+    if problem.permanent:
+        return kopf.PermanentError(f"{problem.reason}: {problem.message}")
+    return kopf.TemporaryError(f"{problem.reason}: {problem.message}", delay=delay)
+
+
+def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
+    settings = reconciler.settings
+
+    async def converge(body: Mapping[str, Any], retry: int, logger: Logger, **_: Any) -> None:
+        try:
+            await reconciler.converge(PoolRef.from_body(body, logger))
+        except PoolProblem as problem:
+            raise _retry_or_stop(problem, settings.backoff(retry)) from None
+
+    for decorator in (kopf.on.create, kopf.on.resume):
+        decorator(*RESOURCE, registry=registry, id="converge")(converge)
+    kopf.on.update(*RESOURCE, registry=registry, id="converge", field="spec")(converge)
+
+    @kopf.on.delete(*RESOURCE, registry=registry, id="delete")
+    async def delete(body: Mapping[str, Any], retry: int, logger: Logger, **_: Any) -> None:
+        try:
+            await reconciler.delete(PoolRef.from_body(body, logger))
+        except PoolProblem as problem:  # deleting is never given up: the finalizer waits
+            raise kopf.TemporaryError(
+                f"{problem.reason}: {problem.message}", delay=settings.backoff(retry)
+            ) from None
+
+    @kopf.daemon(*RESOURCE, registry=registry, id="reclaims", cancellation_timeout=5.0)
+    async def watch_reclaims(
+        body: Mapping[str, Any], stopped: kopf.DaemonStopped, logger: Logger, **_: Any
+    ) -> None:
+        """Refresh every refreshInterval after the pool's last operation; back off on failure."""
+        failures, not_before = 0, 0.0
+        while not stopped:
+            ref = PoolRef.from_body(body, logger)  # the daemon's body is kept up to date
+            wait = max(reconciler.refresh_due_in(ref), not_before - time.monotonic())
+            if wait > 0:
+                await stopped.wait(wait)
+                continue  # re-read: an operation may have moved the due time meanwhile
+            try:
+                await reconciler.check_reclaims(ref)
+                failures, not_before = 0, 0.0
+            except Exception as error:  # a daemon that dies stops watching: back off instead
+                if not isinstance(error, PoolProblem):
+                    logger.exception("reclaim check failed unexpectedly")
+                failures += 1
+                not_before = time.monotonic() + settings.backoff(failures - 1)
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        """The same configuration as kube.py's client: service account, else KUBECONFIG."""
+        return kopf.login_via_client(**kwargs)
+
+    @kopf.on.cleanup(registry=registry)
+    async def close(**_: Any) -> None:
+        reconciler.close()
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    """kopf's bookkeeping in annotations (the status schema is ours), Events only from us."""
+    settings.persistence.finalizer = f"{PREFIX}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=PREFIX, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.CRITICAL  # reasons and messages are the reconciler's
+    settings.watching.server_timeout = 300
+    settings.networking.request_timeout = 60

@@ -1,0 +1,56 @@
+"""Assemble the operator (cluster access, engine, metrics, handlers) and run kopf until stopped."""
+
+import logging
+
+import kopf
+
+from spotpool.engine.stack import PoolStack
+from spotpool_operator import handlers
+from spotpool_operator.cloudcheck import cloud_lookup
+from spotpool_operator.events import KopfEvents
+from spotpool_operator.kube import KubeCluster
+from spotpool_operator.metrics import Metrics
+from spotpool_operator.reconciler import Reconciler
+from spotpool_operator.settings import OperatorSettings
+
+log = logging.getLogger("spotpool_operator")
+
+
+def run(settings: OperatorSettings) -> None:
+    """Serve Spotpools until SIGINT/SIGTERM. Blocks."""
+    metrics = Metrics()
+    if settings.metrics_port:
+        metrics.serve(settings.metrics_host, settings.metrics_port)
+    reconciler = Reconciler(
+        settings=settings,
+        cluster=KubeCluster(),
+        events=KopfEvents(),
+        metrics=metrics,
+        engine_factory=lambda pool, credentials, region, progress: PoolStack(
+            pool, settings.engine, credentials, region, progress
+        ),
+        cloud_lookup=cloud_lookup(settings.engine.cloud_endpoint),
+    )
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, reconciler)
+    kopf_settings = kopf.OperatorSettings()
+    handlers.configure(kopf_settings)
+    where = "all namespaces" if settings.all_namespaces else ", ".join(settings.namespaces)
+    log.info(
+        "serving Spotpools in %s; backend %s; cloud %s; %d operation(s) at once",
+        where,
+        settings.engine.backend_for_display(),
+        settings.engine.cloud_endpoint or "Tencent Cloud",
+        settings.max_concurrent,
+    )
+    try:
+        kopf.run(
+            registry=registry,
+            settings=kopf_settings,
+            standalone=True,
+            clusterwide=settings.all_namespaces,
+            namespaces=settings.namespaces,
+            liveness_endpoint=settings.liveness_endpoint(),
+        )
+    finally:
+        reconciler.close()

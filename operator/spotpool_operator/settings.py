@@ -1,0 +1,37 @@
+"""What one operator process is told: namespaces, backend and cloud, how much work at once."""
+
+from pydantic import BaseModel, Field
+
+from spotpool.engine.settings import EngineSettings
+
+
+class OperatorSettings(BaseModel):
+    engine: EngineSettings
+    namespaces: list[str] = Field(
+        default_factory=list, description="Namespaces (or kopf glob patterns) to serve."
+    )
+    all_namespaces: bool = Field(False, description="Serve every namespace (cluster-wide).")
+    max_concurrent: int = Field(4, ge=1, le=256, description="Engine operations in flight.")
+    refresh_interval: float = Field(
+        60.0, gt=0, description="Seconds between refreshes of a pool without refreshInterval."
+    )
+    full_refresh_every: int = Field(
+        60,
+        ge=0,
+        description="Every N-th reclaim check runs a full Pulumi refresh even when a quick "
+        "look at the cloud finds every instance alive (0: only when something is missing).",
+    )
+    backoff_base: float = Field(10.0, gt=0, description="First retry delay after a failure.")
+    backoff_max: float = Field(300.0, gt=0, description="Longest retry delay after failures.")
+    metrics_host: str = Field("127.0.0.1", description="Address of the metrics and health port.")
+    metrics_port: int = Field(9090, ge=0, le=65535, description="Prometheus metrics; 0 = off.")
+    liveness_port: int = Field(8081, ge=0, le=65535, description="kopf's /healthz; 0 = off.")
+
+    def liveness_endpoint(self) -> str | None:
+        if not self.liveness_port:
+            return None
+        return f"http://{self.metrics_host}:{self.liveness_port}/healthz"
+
+    def backoff(self, retry: int) -> float:
+        """Delay before retry number `retry` (0 for the first): doubling, capped."""
+        return min(self.backoff_max, self.backoff_base * 2.0 ** min(retry, 16))

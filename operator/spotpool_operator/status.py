@@ -1,0 +1,239 @@
+"""Render a Spotpool's status from what the engine did: pure functions, no I/O.
+
+Every function takes the status as it was and returns the status as it is now. Conditions
+keep their lastTransitionTime while their status stays the same, as Kubernetes expects.
+"""
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from spotpool.api.status import (
+    Condition,
+    Instance,
+    Operation,
+    Phase,
+    Reclaims,
+    SpotpoolStatus,
+    StackStatus,
+)
+from spotpool.engine.results import OperationResult, SlotOutput
+
+READY = "Ready"
+PROGRESSING = "Progressing"
+DEGRADED = "Degraded"
+INLINE_CREDENTIALS = "InlineCredentials"
+RUNNING = "RUNNING"
+SELECTOR_LABEL = "spotpool.devops.jokerbai.com/pool"
+
+
+def parse(raw: Mapping[str, Any] | None) -> SpotpoolStatus:
+    """The status a resource carries, or an empty one where it holds something unreadable."""
+    known = {
+        key: value
+        for key, value in (raw or {}).items()
+        if key in SpotpoolStatus.model_fields or _alias_known(key)
+    }
+    try:
+        return SpotpoolStatus.model_validate(known)
+    except ValueError:
+        return SpotpoolStatus()
+
+
+def _alias_known(key: str) -> bool:
+    return any(field.alias == key for field in SpotpoolStatus.model_fields.values())
+
+
+def with_condition(
+    status: SpotpoolStatus,
+    type_: str,
+    value: bool,
+    reason: str,
+    message: str,
+    generation: int | None,
+    now: datetime,
+) -> SpotpoolStatus:
+    text = "True" if value else "False"
+    old = next((c for c in status.conditions if c.type == type_), None)
+    new = Condition(
+        type=type_,
+        status=text,
+        reason=reason,
+        message=message,
+        last_transition_time=old.last_transition_time if old and old.status == text else now,
+        observed_generation=generation,
+    )
+    if old is None:
+        conditions = [*status.conditions, new]
+    else:
+        conditions = [new if c.type == type_ else c for c in status.conditions]
+    return status.model_copy(update={"conditions": conditions})
+
+
+def without_condition(status: SpotpoolStatus, type_: str) -> SpotpoolStatus:
+    return status.model_copy(
+        update={"conditions": [c for c in status.conditions if c.type != type_]}
+    )
+
+
+def condition(status: SpotpoolStatus, type_: str) -> Condition | None:
+    return next((c for c in status.conditions if c.type == type_), None)
+
+
+def identity(
+    status: SpotpoolStatus, name: str, stack: str, backend: str, desired: int
+) -> SpotpoolStatus:
+    """The fields every write carries: desired count, selector and stack name."""
+    last = status.stack.last_operation if status.stack else None
+    return status.model_copy(
+        update={
+            "replicas": desired,
+            "selector": f"{SELECTOR_LABEL}={name}",
+            "stack": StackStatus(name=stack, backend=backend, last_operation=last),
+        }
+    )
+
+
+def inline_credentials(
+    status: SpotpoolStatus, inline: bool, message: str, generation: int | None, now: datetime
+) -> SpotpoolStatus:
+    if not inline:
+        return without_condition(status, INLINE_CREDENTIALS)
+    return with_condition(
+        status, INLINE_CREDENTIALS, True, "InlineCredentials", message, generation, now
+    )
+
+
+def progressing(
+    status: SpotpoolStatus, reason: str, message: str, generation: int | None, now: datetime
+) -> SpotpoolStatus:
+    """An operation starts: Progressing, and the phase says what is going on."""
+    phase = Phase.DELETING if reason == "Deleting" else Phase.CONVERGING
+    status = with_condition(status, PROGRESSING, True, reason, message, generation, now)
+    return status.model_copy(update={"phase": phase})
+
+
+def _instances(outputs: list[SlotOutput]) -> list[Instance]:
+    return [
+        Instance(
+            instance_id=item.instance_id,
+            public_ip=item.public_ip,
+            private_ip=item.private_ip,
+            zone=item.zone,
+            instance_type=item.instance_type,
+            state=item.state,
+            slot=item.slot,
+        )
+        for item in sorted(outputs, key=lambda item: item.slot)
+    ]
+
+
+def _operation(
+    status: SpotpoolStatus, kind: str, result: str, started: datetime, now: datetime, **extra: Any
+) -> SpotpoolStatus:
+    stack = status.stack or StackStatus(name="", backend="")
+    operation = Operation(kind=kind, result=result, start_time=started, end_time=now, **extra)
+    return status.model_copy(
+        update={"stack": stack.model_copy(update={"last_operation": operation})}
+    )
+
+
+def with_instances(status: SpotpoolStatus, outputs: list[SlotOutput]) -> SpotpoolStatus:
+    instances = _instances(outputs)
+    return status.model_copy(
+        update={
+            "instances": instances,
+            "size": len(instances),
+            "ready_replicas": sum(1 for i in instances if i.state == RUNNING),
+        }
+    )
+
+
+def converged(
+    status: SpotpoolStatus,
+    result: OperationResult,
+    generation: int | None,
+    started: datetime,
+    now: datetime,
+) -> SpotpoolStatus:
+    """An `up` succeeded: the instances it reports are the pool."""
+    status = with_instances(status, result.instances)
+    status = _operation(status, str(result.kind), "succeeded", started, now, changes=result.changes)
+    desired, ready = status.replicas, status.ready_replicas
+    if ready >= desired:
+        reason, message = "Converged", f"{ready} of {desired} instances running"
+        status = with_condition(status, READY, True, reason, message, generation, now)
+        phase = Phase.READY
+    else:
+        reason = "InstancesNotRunning"
+        message = f"{ready} of {desired} instances running; the rest are starting"
+        status = with_condition(status, READY, False, reason, message, generation, now)
+        phase = Phase.CONVERGING
+    status = with_condition(status, PROGRESSING, False, reason, message, generation, now)
+    status = with_condition(status, DEGRADED, False, reason, message, generation, now)
+    return status.model_copy(update={"phase": phase, "observed_generation": generation})
+
+
+def refreshed(
+    status: SpotpoolStatus, result: OperationResult, started: datetime, now: datetime
+) -> SpotpoolStatus:
+    """A `refresh` succeeded: slots the cloud took away leave the status at once."""
+    gone = set(result.gone_slots)
+    left = [item for item in result.instances if item.slot not in gone]
+    status = with_instances(status, left)
+    status = _operation(status, str(result.kind), "succeeded", started, now, changes=result.changes)
+    if not gone:
+        return status
+    generation = status.observed_generation
+    message = f"{status.ready_replicas} of {status.replicas} instances running: replacing"
+    status = with_condition(status, READY, False, "Reclaimed", message, generation, now)
+    reclaims = Reclaims(total=status.reclaims.total + len(gone), last_time=now)
+    return status.model_copy(update={"reclaims": reclaims, "phase": Phase.CONVERGING})
+
+
+def failed(
+    status: SpotpoolStatus,
+    kind: str,
+    reason: str,
+    message: str,
+    generation: int | None,
+    started: datetime,
+    now: datetime,
+) -> SpotpoolStatus:
+    """An operation failed: Degraded says why; Ready holds only while the pool is full."""
+    status = _operation(status, kind, "failed", started, now)
+    status = with_condition(status, DEGRADED, True, reason, message, generation, now)
+    status = with_condition(status, PROGRESSING, False, reason, message, generation, now)
+    if status.ready_replicas < status.replicas or kind != "refresh":
+        status = with_condition(status, READY, False, reason, message, generation, now)
+    update: dict[str, Any] = {"phase": Phase.DEGRADED}
+    if generation is not None and kind != "refresh":
+        update["observed_generation"] = generation
+    return status.model_copy(update=update)
+
+
+def paused(status: SpotpoolStatus, generation: int | None, now: datetime) -> SpotpoolStatus:
+    message = "spec.paused is true: no changes are made to this pool"
+    status = with_condition(status, PROGRESSING, False, "Paused", message, generation, now)
+    return status.model_copy(update={"phase": Phase.PAUSED, "observed_generation": generation})
+
+
+def to_patch(status: SpotpoolStatus) -> dict[str, Any]:
+    """A JSON merge patch that makes the stored status exactly `status`.
+
+    Unset fields of objects become null (merge patch: remove); lists are replaced whole, so
+    inside them unset fields are simply left out.
+    """
+    return dict(_clean(status.model_dump(mode="json", by_alias=True), in_list=False))
+
+
+def _clean(value: Any, in_list: bool) -> Any:
+    if isinstance(value, dict):
+        return {
+            key: _clean(item, in_list)
+            for key, item in value.items()
+            if not (item is None and in_list)
+        }
+    if isinstance(value, list):
+        return [_clean(item, in_list=True) for item in value]
+    return value

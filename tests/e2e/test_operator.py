@@ -1,0 +1,231 @@
+"""The operator end to end: a real kube-apiserver, the emulator as the cloud, the real Pulumi
+engine, and `spotpool operator run` as a process of its own."""
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require_tool
+from tests.e2e.conftest import Kube
+from tests.emulator.harness import start_emulator
+from tests.operator.world import OperatorWorld, article_manifest, pool_manifest
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorWorld]:
+    require_tool("pulumi")
+    require_tool("pulumi-resource-tencentcloud")
+    directory = tmp_path_factory.mktemp("operator")
+    (directory / "backend").mkdir()
+    emulator = start_emulator(directory / "cloud.db", directory / "emulator.log", boot_seconds=1)
+    operator = OperatorWorld(kube, emulator, directory)
+    try:
+        operator.start()
+        yield operator
+    finally:
+        operator.stop()
+        for namespace in operator.namespaces:
+            kube.run("delete", "namespace", namespace, "--wait=false")
+        emulator.stop()
+
+
+def _instance_ids(status: dict[str, object]) -> list[str]:
+    return [str(i["instanceId"]) for i in status.get("instances") or []]  # type: ignore[attr-defined]
+
+
+def test_the_articles_manifest_converges_with_its_status_filled(world: OperatorWorld) -> None:
+    ns = world.namespace()
+    world.apply(ns, article_manifest())
+
+    pool = world.wait_ready(ns, "spotpool-sample", 2)
+
+    status = pool["status"]
+    uid = pool["metadata"]["uid"]
+    assert status["size"] == 2 and status["replicas"] == 2 and status["readyReplicas"] == 2
+    assert sorted(_instance_ids(status)) == sorted(world.cloud(uid))
+    assert set(world.cloud(uid).values()) == {"RUNNING"}
+    for instance in status["instances"]:
+        assert instance["instanceId"].startswith("ins-")
+        assert re.fullmatch(r"\d+\.\d+\.\d+\.\d+", instance["publicIp"])
+        assert instance["zone"] == "ap-singapore-2"
+        assert instance["instanceType"] == "GN7.2XLARGE32"
+    assert status["stack"]["name"] == f"{ns}.spotpool-sample"
+    assert status["stack"]["backend"].startswith("file://")
+    assert status["stack"]["lastOperation"]["result"] == "succeeded"
+    assert status["observedGeneration"] == pool["metadata"]["generation"]
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Ready"]["status"] == "True"
+    assert conditions["Progressing"]["status"] == "False"
+    assert conditions["Degraded"]["status"] == "False"
+    assert conditions["InlineCredentials"]["status"] == "True"  # the article's inline keys
+    events = world.events(ns, "spotpool-sample")
+    assert ("Warning", "InlineCredentials") in [(t, r) for t, r, _ in events]
+    for _, _, message in events:
+        assert "xxx" not in message and world.emulator.secret_key not in message
+
+    table = world.kube.ok("-n", ns, "get", "spotpools")
+    assert re.search(r"spotpool-sample\s+2\s+2\s+Ready", table), table
+    metrics = world.metrics()
+    assert re.search(r'spotpool_operations_total\{kind="up",result="succeeded"\} [1-9]', metrics)
+    assert f'spotpool_pool_ready_instances{{namespace="{ns}",pool="spotpool-sample"}} 2.0' in (
+        metrics
+    )
+    assert world.emulator.secret_key not in world.log.read_text(errors="replace")
+
+
+def test_a_reclaim_is_found_and_replaced(world: OperatorWorld) -> None:
+    ns = world.namespace()
+    world.apply(ns, pool_manifest("reclaimed", replicas=2, refreshInterval="5s"))
+    pool = world.wait_ready(ns, "reclaimed", 2)
+    uid = pool["metadata"]["uid"]
+    victim, survivor = _instance_ids(pool["status"])
+
+    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [victim]})
+
+    def replaced() -> dict[str, object] | None:
+        status = world.status(ns, "reclaimed")
+        ids = _instance_ids(status)
+        done = victim not in ids and len(ids) == 2 and status.get("readyReplicas") == 2
+        return status if done else None
+
+    status = world.wait_until(replaced, "the reclaimed instance's replacement", timeout=180)
+    assert survivor in _instance_ids(status)
+    assert status["reclaims"]["total"] == 1 and status["reclaims"]["lastTime"]
+    assert sorted(world.cloud(uid)) == sorted(_instance_ids(status))
+    events = world.events(ns, "reclaimed")
+    reclaimed = [m for _, r, m in events if r == "Reclaimed"]
+    assert reclaimed and victim in reclaimed[0]
+    assert any(r == "Replaced" for _, r, _ in events)
+    assert re.search(r"spotpool_reclaims_total\{[^}]*pool=\"reclaimed\"\} 1\.0", world.metrics())
+
+
+def test_scale_and_spec_changes_converge(world: OperatorWorld) -> None:
+    ns = world.namespace()
+    world.apply(ns, pool_manifest("scaled", minimum=1, maximum=5, replicas=2))
+    pool = world.wait_ready(ns, "scaled", 2)
+    uid = pool["metadata"]["uid"]
+    first = _instance_ids(pool["status"])
+
+    world.kube.ok("-n", ns, "scale", "spotpool/scaled", "--replicas=3")
+    pool = world.wait_ready(ns, "scaled", 3)
+    assert _instance_ids(pool["status"])[:2] == first  # scaling keeps the lowest slots
+    assert len(world.cloud(uid)) == 3
+    scale = world.kube.ok("-n", ns, "get", "spotpool/scaled", "--subresource=scale", "-o", "json")
+    assert '"replicas": 3' in scale
+
+    # minimum/maximum without replicas: the pool follows minimum
+    world.kube.ok(
+        "-n", ns, "patch", "spotpool/scaled", "--type=merge",
+        "-p", '{"spec": {"replicas": null, "minimum": 1, "maximum": 1}}',
+    )  # fmt: skip
+    pool = world.wait_ready(ns, "scaled", 1)
+    assert _instance_ids(pool["status"]) == first[:1]
+    world.wait_until(lambda: len(world.cloud(uid)) == 1, "the cloud to shrink to 1")
+
+    world.kube.ok(
+        "-n", ns, "patch", "spotpool/scaled", "--type=merge",
+        "-p", '{"spec": {"instanceType": "GN7.5XLARGE80"}}',
+    )  # fmt: skip
+
+    def retyped() -> bool:
+        status = world.status(ns, "scaled")
+        instances = status.get("instances") or []
+        return bool(
+            status.get("phase") == "Ready"
+            and len(instances) == 1
+            and instances[0]["instanceType"] == "GN7.5XLARGE80"
+        )
+
+    world.wait_until(retyped, "the instance type change", timeout=240)
+    assert len(world.cloud(uid)) == 1
+
+
+def test_delete_removes_every_instance_and_retain_keeps_them(world: OperatorWorld) -> None:
+    ns = world.namespace()
+    world.apply(ns, pool_manifest("doomed", replicas=2))
+    world.apply(ns, pool_manifest("kept", replicas=2, deletionPolicy="Retain"))
+    doomed = world.wait_ready(ns, "doomed", 2)["metadata"]["uid"]
+    kept_pool = world.wait_ready(ns, "kept", 2)
+    kept = kept_pool["metadata"]["uid"]
+
+    world.kube.ok("-n", ns, "delete", "spotpool", "doomed", "kept", "--wait=false")
+    world.wait_until(lambda: world.get(ns, "doomed") is None, "doomed to be deleted")
+    world.wait_until(lambda: world.get(ns, "kept") is None, "kept to be deleted")
+
+    assert world.cloud(doomed) == {}
+    assert sorted(world.cloud(kept)) == sorted(_instance_ids(kept_pool["status"]))
+    assert set(world.cloud(kept).values()) == {"RUNNING"}
+    stacks = Path(world.directory / "backend" / ".pulumi" / "stacks")
+    assert not list(stacks.glob(f"**/{ns}.doomed.json"))
+    assert not list(stacks.glob(f"**/{ns}.kept.json"))
+    reasons = world.reasons(ns, "doomed") + world.reasons(ns, "kept")
+    assert "Destroyed" in reasons and "Retained" in reasons
+
+
+def test_one_pool_without_capacity_fails_alone(world: OperatorWorld) -> None:
+    ns = world.namespace()
+    world.emulator.admin_ok(
+        "POST",
+        "/_emulator/capacity",
+        {"Zone": "ap-singapore-3", "InstanceType": "GN7.10XLARGE160", "Available": 0},
+    )
+    world.apply(
+        ns,
+        pool_manifest("starved", availabilityZone="ap-singapore-3", instanceType="GN7.10XLARGE160"),
+    )
+    world.apply(ns, pool_manifest("first", replicas=1))
+    world.apply(ns, pool_manifest("second", replicas=2))
+
+    world.wait_ready(ns, "first", 1)
+    world.wait_ready(ns, "second", 2)
+
+    def degraded() -> dict[str, object] | None:
+        condition = world.condition(ns, "starved", "Degraded")
+        return condition if condition.get("status") == "True" else None
+
+    condition = world.wait_until(degraded, "starved to say it is degraded")
+    assert condition["reason"] == "ResourceInsufficient", condition
+    assert "spot capacity" in str(condition["message"])
+    assert world.status(ns, "starved")["phase"] == "Degraded"
+    assert world.condition(ns, "starved", "Ready")["status"] == "False"
+    assert ("Warning", "ResourceInsufficient") in [
+        (t, r) for t, r, _ in world.events(ns, "starved")
+    ]
+
+
+def test_invalid_manifests_are_refused_with_a_clear_message(world: OperatorWorld) -> None:
+    ns = world.namespace()
+    manifest = pool_manifest("backwards", minimum=3, maximum=1)
+    import json
+
+    result = world.kube.run("-n", ns, "apply", "-f", "-", stdin=json.dumps(manifest))
+    assert result.returncode != 0
+    assert "minimum must be less than or equal to maximum" in result.stderr
+
+
+def test_sigkill_during_an_up_then_restart_converges_without_orphans(
+    world: OperatorWorld,
+) -> None:
+    ns = world.namespace()
+    world.apply(ns, pool_manifest("survivor", minimum=1, maximum=6, replicas=4))
+    uid = world.wait_until(
+        lambda: (world.get(ns, "survivor") or {}).get("metadata", {}).get("uid"), "the uid"
+    )
+    world.wait_until(lambda: world.cloud(uid), "the first instance of the up", timeout=120)
+    world.kill()  # SIGKILL to the operator's process group: pulumi and the plugin die too
+
+    world.start()
+    pool = world.wait_ready(ns, "survivor", 4, timeout=300)
+
+    ids = sorted(_instance_ids(pool["status"]))
+    assert len(set(ids)) == 4
+    assert sorted(world.cloud(uid)) == ids  # no orphan, no duplicate
+    world.wait_until(
+        lambda: "Recovered" in world.reasons(ns, "survivor"), "the Recovered event", timeout=30
+    )
+    locks = world.directory / "backend" / ".pulumi" / "locks"
+    assert not list(locks.glob(f"**/{ns}.survivor/*.json"))

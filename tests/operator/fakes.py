@@ -1,0 +1,241 @@
+"""Stand-ins for the engine, the cluster and the event sink, to test the reconciler alone."""
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import SecretStr
+from spotpool_operator.kube import SecretNotFound
+from spotpool_operator.metrics import Metrics
+from spotpool_operator.pools import PoolRef
+from spotpool_operator.reconciler import Reconciler
+from spotpool_operator.settings import OperatorSettings
+
+from spotpool.api.stackconfig import PoolIdentity, StackConfig
+from spotpool.engine.credentials import Credentials
+from spotpool.engine.results import OperationKind, OperationResult, SlotOutput
+from spotpool.engine.settings import EngineSettings
+from spotpool.engine.stack import EngineError
+
+T = TypeVar("T")
+
+
+@dataclass
+class FakeCloud:
+    """What the fake engine keeps per stack: slot -> instance id."""
+
+    stacks: dict[str, dict[int, str]] = field(default_factory=dict)
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    configs: list[StackConfig] = field(default_factory=list)
+    credentials: list[str] = field(default_factory=list)
+    gate: threading.Event | None = None  # when set up waits for it
+    entered: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
+    running: int = 0
+    most_running: int = 0
+    fail_up: str | None = None
+    next_id: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def new_id(self) -> str:
+        with self.lock:
+            self.next_id += 1
+            return f"ins-{self.next_id:08d}"
+
+    reclaimed: set[str] = field(default_factory=set)
+
+    def reclaim(self, stack: str, slot: int) -> str:
+        """The cloud takes the instance away; the stack's state still lists it."""
+        instance_id = self.stacks[stack][slot]
+        self.reclaimed.add(instance_id)
+        return instance_id
+
+
+class FakeEngine:
+    def __init__(self, cloud: FakeCloud, pool: PoolIdentity, credentials: Credentials) -> None:
+        self.cloud = cloud
+        self.pool = pool
+        self.name = pool.stack_name
+        cloud.credentials.append(credentials.secret_id.get_secret_value())
+        self.known = cloud.stacks.setdefault(self.name, {})
+
+    def _outputs(self) -> list[SlotOutput]:
+        return [
+            SlotOutput(slot=s, instance_id=i, public_ip="203.0.113.1", state="RUNNING")
+            for s, i in sorted(self.known.items())
+        ]
+
+    def up(self, config: StackConfig, login_password: str | None = None) -> OperationResult:
+        with self.cloud.lock:
+            self.cloud.calls.append(("up", self.name))
+            self.cloud.configs.append(config)
+            self.cloud.running += 1
+            self.cloud.most_running = max(self.cloud.most_running, self.cloud.running)
+        self.cloud.entered.release()
+        try:
+            if self.cloud.gate is not None:
+                assert self.cloud.gate.wait(10), "the test never opened the gate"
+            if self.cloud.fail_up:
+                raise EngineError(f"up of stack {self.name} failed: {self.cloud.fail_up}")
+            created = 0
+            for slot in range(config.count):
+                if slot not in self.known:
+                    self.known[slot] = self.cloud.new_id()
+                    created += 1
+            deleted = [s for s in self.known if s >= config.count]
+            for slot in deleted:
+                del self.known[slot]
+            result = OperationResult(kind=OperationKind.UP, stack=self.name, seconds=0.1)
+            result.changes = result.changes.model_copy(
+                update={"create": created, "delete": len(deleted)}
+            )
+            result.instances = self._outputs()
+            return result
+        finally:
+            with self.cloud.lock:
+                self.cloud.running -= 1
+
+    def refresh(self) -> OperationResult:
+        self.cloud.calls.append(("refresh", self.name))
+        result = OperationResult(kind=OperationKind.REFRESH, stack=self.name, seconds=0.1)
+        result.instances = self._outputs()  # outputs are stale after a refresh, as in Pulumi
+        result.gone_slots = sorted(s for s, i in self.known.items() if i in self.cloud.reclaimed)
+        for slot in result.gone_slots:
+            del self.known[slot]
+        return result
+
+    def destroy(self, remove_stack: bool = True) -> OperationResult:
+        self.cloud.calls.append(("destroy", self.name))
+        result = OperationResult(kind=OperationKind.DESTROY, stack=self.name, seconds=0.1)
+        result.changes = result.changes.model_copy(update={"delete": len(self.known)})
+        self.known.clear()
+        del self.cloud.stacks[self.name]
+        return result
+
+    def forget(self) -> None:
+        self.cloud.calls.append(("forget", self.name))
+        del self.cloud.stacks[self.name]
+
+    def state_instance_ids(self) -> dict[int, str]:
+        return dict(self.known)
+
+
+@dataclass
+class FakeCluster:
+    secrets: dict[tuple[str, str], dict[str, bytes]] = field(default_factory=dict)
+    statuses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def read_secret(self, namespace: str, name: str) -> dict[str, bytes]:
+        try:
+            return self.secrets[(namespace, name)]
+        except KeyError:
+            raise SecretNotFound(f"Secret {namespace}/{name} not found") from None
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.statuses.setdefault(f"{namespace}/{name}", []).append(status)
+
+    def last(self, key: str) -> dict[str, Any]:
+        return self.statuses[key][-1]
+
+
+@dataclass
+class RecordedEvents:
+    posted: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def post(self, ref: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        self.posted.append((type_, reason, message))
+
+    def reasons(self) -> list[str]:
+        return [reason for _, reason, _ in self.posted]
+
+
+def settings(tmp_path: Path, **extra: Any) -> OperatorSettings:
+    engine = EngineSettings(
+        backend_url=f"file://{tmp_path / 'backend'}",
+        passphrase=SecretStr("unit-tests"),
+        work_root=tmp_path / "work",
+    )
+    return OperatorSettings(engine=engine, **extra)
+
+
+@dataclass
+class World:
+    reconciler: Reconciler
+    cloud: FakeCloud
+    cluster: FakeCluster
+    events: RecordedEvents
+    metrics: Metrics
+
+
+def make_world(tmp_path: Path, quick_check: bool = False, **extra: Any) -> World:
+    cloud, cluster, events, metrics = FakeCloud(), FakeCluster(), RecordedEvents(), Metrics()
+    cluster.secrets[("team-a", "tencentcloud")] = {
+        "secretId": b"AKIDfromsecret",
+        "secretKey": b"secret-key-from-secret",
+    }
+    factory: Callable[..., FakeEngine] = lambda pool, creds, region, progress: FakeEngine(  # noqa: E731
+        cloud, pool, creds
+    )
+
+    def alive(pool: PoolIdentity, creds: Credentials, region: str) -> set[str]:
+        cloud.calls.append(("describe", pool.stack_name))
+        known = cloud.stacks.get(pool.stack_name, {})
+        return {i for i in known.values() if i not in cloud.reclaimed}
+
+    reconciler = Reconciler(
+        settings(tmp_path, **extra),
+        cluster,
+        events,
+        metrics,
+        factory,
+        cloud_lookup=alive if quick_check else None,
+    )
+    return World(reconciler, cloud, cluster, events, metrics)
+
+
+def pool_body(
+    name: str = "gpu",
+    generation: int = 1,
+    uid: str | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "devops.jokerbai.com/v1",
+        "kind": "Spotpool",
+        "metadata": {
+            "namespace": "team-a",
+            "name": name,
+            "uid": uid or f"uid-{name}",
+            "generation": generation,
+        },
+        "spec": {
+            "region": "ap-singapore",
+            "availabilityZone": "ap-singapore-2",
+            "instanceType": "GN7.2XLARGE32",
+            "minimum": 2,
+            "maximum": 5,
+            "imageId": "img-eb30mz89",
+            "credentialsSecretRef": {"name": "tencentcloud"},
+            **spec,
+        },
+    }
+
+
+def ref(body: dict[str, Any]) -> PoolRef:
+    return PoolRef.from_body(body)
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine on a loop of its own, leaving the thread's event loop policy alone.
+
+    asyncio.run() ends by setting the thread's loop to None, after which
+    asyncio.get_event_loop() raises, and other tests (Pulumi's mocks) rely on it.
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()

@@ -1,0 +1,52 @@
+"""`spotpool operator run` refuses bad flags before it talks to anything."""
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from spotpool.cli import app
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    for name in ("PULUMI_CONFIG_PASSPHRASE", "SPOTPOOL_PASSPHRASE", "SPOTPOOL_NAMESPACE"):
+        monkeypatch.delenv(name, raising=False)
+    return CliRunner()
+
+
+def test_no_passphrase_says_where_to_put_one(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["operator", "run", "--backend", f"file://{tmp_path}"])
+    assert result.exit_code != 0
+    assert "PULUMI_CONFIG_PASSPHRASE" in result.output
+
+
+def test_namespace_and_all_namespaces_exclude_each_other(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(
+        app,
+        ["operator", "run", "-n", "a", "--all-namespaces", "--backend", f"file://{tmp_path}"],
+        env={"PULUMI_CONFIG_PASSPHRASE": "x"},
+    )
+    assert result.exit_code != 0
+    assert "not both" in result.output
+
+
+def test_bad_refresh_interval(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(
+        app,
+        ["operator", "run", "--backend", f"file://{tmp_path}"],
+        env={"PULUMI_CONFIG_PASSPHRASE": "x", "SPOTPOOL_REFRESH_INTERVAL": "soon"},
+    )
+    assert result.exit_code != 0
+    assert "refresh-interval" in result.output
+
+
+def test_empty_passphrase_file(runner: CliRunner, tmp_path: Path) -> None:
+    (tmp_path / "pass").write_text("\n")
+    result = runner.invoke(
+        app,
+        ["operator", "run", "--backend", f"file://{tmp_path}",
+         "--passphrase-file", str(tmp_path / "pass")],
+    )  # fmt: skip
+    assert result.exit_code != 0
+    assert "is empty" in result.output

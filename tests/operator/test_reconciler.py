@@ -1,0 +1,248 @@
+"""The reconciler with a fake engine: coalescing, bounded concurrency, reclaims, failures."""
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spotpool_operator.failures import PoolProblem
+
+from tests.operator.fakes import World, make_world, pool_body, ref, run
+
+
+def test_create_runs_up_and_writes_status(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    run(world.reconciler.converge(ref(pool_body())))
+
+    assert world.cloud.calls == [("up", "team-a.gpu")]
+    assert world.cloud.credentials == ["AKIDfromsecret"]  # from the Secret
+    writes = world.cluster.statuses["team-a/gpu"]
+    assert writes[0]["phase"] == "Converging"  # before the operation...
+    final = writes[-1]  # ...and after it
+    assert final["size"] == 2 and final["readyReplicas"] == 2 and final["phase"] == "Ready"
+    assert final["observedGeneration"] == 1
+    assert "Converged" in world.events.reasons()
+
+
+def test_the_same_spec_twice_is_one_up(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+
+    async def scenario() -> None:
+        await world.reconciler.converge(ref(pool_body()))  # create
+        await world.reconciler.converge(ref(pool_body()))  # resume of the same spec
+
+    run(scenario())
+    assert world.cloud.calls == [("up", "team-a.gpu")]
+
+
+def test_spec_changes_during_an_up_coalesce_into_one_follow_up(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    gate = world.cloud.gate = threading.Event()
+
+    async def scenario() -> None:
+        first = asyncio.create_task(world.reconciler.converge(ref(pool_body(replicas=2))))
+        await asyncio.to_thread(world.cloud.entered.acquire)  # the first up is running
+        later = [
+            asyncio.create_task(world.reconciler.converge(ref(pool_body(generation=g, replicas=g))))
+            for g in (3, 4, 5)
+        ]
+        await asyncio.sleep(0.05)
+        gate.set()
+        await asyncio.gather(first, *later)
+
+    run(scenario())
+    assert [c.count for c in world.cloud.configs] == [2, 5]  # the newest spec, once
+    assert world.cluster.last("team-a/gpu")["observedGeneration"] == 5
+
+
+def test_operations_across_pools_are_bounded(tmp_path: Path) -> None:
+    world = make_world(tmp_path, max_concurrent=2)
+    gate = world.cloud.gate = threading.Event()
+
+    async def scenario() -> None:
+        tasks = [
+            asyncio.create_task(world.reconciler.converge(ref(pool_body(name=f"p{i}"))))
+            for i in range(5)
+        ]
+        for _ in range(2):
+            await asyncio.to_thread(world.cloud.entered.acquire)
+        await asyncio.sleep(0.1)
+        assert world.cloud.running == 2  # the other three wait for a slot
+        gate.set()
+        await asyncio.gather(*tasks)
+
+    run(scenario())
+    assert world.cloud.most_running == 2
+    assert len(world.cloud.calls) == 5
+
+
+def _converged(world: World, **spec: Any) -> None:
+    run(world.reconciler.converge(ref(pool_body(**spec))))
+
+
+def test_reclaim_is_announced_replaced_and_counted(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    _converged(world, replicas=3)
+    gone = world.cloud.reclaim("team-a.gpu", 1)
+
+    run(world.reconciler.check_reclaims(ref(pool_body(replicas=3))))
+
+    assert world.cloud.calls[-2:] == [("refresh", "team-a.gpu"), ("up", "team-a.gpu")]
+    reclaimed = [m for _, r, m in world.events.posted if r == "Reclaimed"]
+    replaced = [m for _, r, m in world.events.posted if r == "Replaced"]
+    assert reclaimed and f"slot 1 ({gone})" in reclaimed[0]
+    assert replaced and "slot 1 now ins-" in replaced[0]
+    writes = world.cluster.statuses["team-a/gpu"]
+    assert any(w["reclaims"]["total"] == 1 and w["size"] == 2 for w in writes)
+    final = writes[-1]
+    assert final["size"] == 3 and final["reclaims"]["total"] == 1
+    assert gone not in {i["instanceId"] for i in final["instances"]}
+    assert world.metrics.reclaims.labels("team-a", "gpu")._value.get() == 1
+
+
+def test_a_quiet_refresh_writes_nothing(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    _converged(world)
+    writes = len(world.cluster.statuses["team-a/gpu"])
+    run(world.reconciler.check_reclaims(ref(pool_body())))
+    assert world.cloud.calls[-1] == ("refresh", "team-a.gpu")
+    assert len(world.cluster.statuses["team-a/gpu"]) == writes
+
+
+def test_no_refresh_before_the_first_up(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    run(world.reconciler.check_reclaims(ref(pool_body())))
+    assert world.cloud.calls == []
+
+
+def test_paused_pool_is_left_alone(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    _converged(world)
+    run(world.reconciler.converge(ref(pool_body(generation=2, replicas=4, paused=True))))
+    run(world.reconciler.check_reclaims(ref(pool_body(generation=2, paused=True))))
+    assert world.cloud.calls == [("up", "team-a.gpu")]
+    assert world.cluster.last("team-a/gpu")["phase"] == "Paused"
+    with pytest.raises(PoolProblem) as raised:
+        run(world.reconciler.delete(ref(pool_body(generation=2, paused=True))))
+    assert raised.value.reason == "Paused"
+
+
+def test_missing_secret_is_a_condition_and_an_event_not_an_up(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    body = pool_body(credentialsSecretRef={"name": "nope"})
+    with pytest.raises(PoolProblem) as raised:
+        run(world.reconciler.converge(ref(body)))
+    assert raised.value.reason == "SecretNotFound" and not raised.value.permanent
+    assert world.cloud.calls == []
+    status = world.cluster.last("team-a/gpu")
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "SecretNotFound"
+    assert "team-a/nope not found" in degraded["message"]
+    assert ("Warning", "SecretNotFound") in [(t, r) for t, r, _ in world.events.posted]
+
+
+def test_secret_without_the_keys(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    world.cluster.secrets[("team-a", "half")] = {"secretId": b"AKID"}
+    with pytest.raises(PoolProblem) as raised:
+        run(world.reconciler.converge(ref(pool_body(credentialsSecretRef={"name": "half"}))))
+    assert raised.value.reason == "SecretKeyMissing" and "secretKey" in raised.value.message
+
+
+def test_inline_keys_work_with_a_warning(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    body = pool_body(secretId="AKIDinline", secretKey="inline-key")
+    del body["spec"]["credentialsSecretRef"]
+    run(world.reconciler.converge(ref(body)))
+    assert world.cloud.credentials == ["AKIDinline"]
+    assert world.events.posted[0][:2] == ("Warning", "InlineCredentials")
+    conditions = {c["type"]: c for c in world.cluster.last("team-a/gpu")["conditions"]}
+    assert conditions["InlineCredentials"]["status"] == "True"
+    assert conditions["Ready"]["status"] == "True"
+    for _, _, message in world.events.posted:
+        assert "inline-key" not in message
+
+
+def test_capacity_failure_is_reported_and_other_pools_go_on(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    world.cloud.fail_up = "Code=ResourceInsufficient.SpecifiedInstanceType, Message=no stock"
+    with pytest.raises(PoolProblem) as raised:
+        run(world.reconciler.converge(ref(pool_body(name="starved"))))
+    assert raised.value.reason == "ResourceInsufficient"
+    status = world.cluster.last("team-a/starved")
+    assert status["phase"] == "Degraded"
+    world.cloud.fail_up = None
+    run(world.reconciler.converge(ref(pool_body(name="fine"))))
+    assert world.cluster.last("team-a/fine")["phase"] == "Ready"
+    assert world.metrics.operations.labels("up", "failed")._value.get() == 1
+    assert world.metrics.operations.labels("up", "succeeded")._value.get() == 1
+
+
+def test_invalid_spec_is_permanent(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    with pytest.raises(PoolProblem) as raised:
+        run(world.reconciler.converge(ref(pool_body(minimum=4, maximum=2))))
+    assert raised.value.permanent and raised.value.reason == "InvalidSpec"
+    assert "minimum must be less than or equal to maximum" in raised.value.message
+
+
+def test_delete_destroys_and_retain_forgets(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    _converged(world)
+    run(world.reconciler.delete(ref(pool_body())))
+    assert world.cloud.calls[-1] == ("destroy", "team-a.gpu")
+    assert "Destroyed" in world.events.reasons()
+
+    _converged(world, deletionPolicy="Retain")
+    run(world.reconciler.delete(ref(pool_body(deletionPolicy="Retain"))))
+    assert world.cloud.calls[-1] == ("forget", "team-a.gpu")
+    retained = [m for _, r, m in world.events.posted if r == "Retained"]
+    assert retained and "2 instance(s) kept" in retained[0]
+    assert world.reconciler.pools == {}
+
+
+def test_delete_without_credentials_uses_the_last_that_worked(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    _converged(world)
+    del world.cluster.secrets[("team-a", "tencentcloud")]  # namespace teardown took it first
+    run(world.reconciler.delete(ref(pool_body())))
+    assert world.cloud.calls[-1] == ("destroy", "team-a.gpu")
+    assert world.cloud.credentials[-1] == "AKIDfromsecret"
+
+
+def test_refresh_interval_from_spec_else_the_default(tmp_path: Path) -> None:
+    world = make_world(tmp_path, refresh_interval=42)
+    assert world.reconciler.refresh_interval(ref(pool_body(refreshInterval="1m30s"))) == 90
+    assert world.reconciler.refresh_interval(ref(pool_body())) == 42
+    assert world.reconciler.refresh_interval(ref(pool_body(refreshInterval="60s"))) == 60
+
+
+def test_quick_check_skips_the_refresh_while_every_instance_is_alive(tmp_path: Path) -> None:
+    world = make_world(tmp_path, quick_check=True, full_refresh_every=3)
+    _converged(world)
+    run(world.reconciler.check_reclaims(ref(pool_body())))
+    assert world.cloud.calls[-1] == ("describe", "team-a.gpu")  # no Pulumi refresh
+    run(world.reconciler.check_reclaims(ref(pool_body())))
+    run(world.reconciler.check_reclaims(ref(pool_body())))  # the 3rd: a full refresh
+    assert world.cloud.calls[-1] == ("refresh", "team-a.gpu")
+
+    world.cloud.reclaim("team-a.gpu", 0)
+    run(world.reconciler.check_reclaims(ref(pool_body())))
+    assert world.cloud.calls[-3:] == [
+        ("describe", "team-a.gpu"),
+        ("refresh", "team-a.gpu"),
+        ("up", "team-a.gpu"),
+    ]
+    assert "Replaced" in world.events.reasons()
+
+
+def test_after_a_failed_up_the_old_spec_is_applied_again(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    _converged(world, replicas=2)
+    world.cloud.fail_up = "Code=ResourceInsufficient.SpecifiedInstanceType"
+    with pytest.raises(PoolProblem):
+        _converged(world, generation=2, replicas=4)
+    world.cloud.fail_up = None
+    _converged(world, generation=3, replicas=2)  # back to what once worked: still an up
+    assert [c.count for c in world.cloud.configs] == [2, 4, 2]
