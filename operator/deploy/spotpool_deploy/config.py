@@ -1,0 +1,115 @@
+"""What an install is told: image, namespaces, backend, concurrency, refresh, resources."""
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+from spotpool.api.spec import parse_duration
+
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+VERSION = "0.1.0"
+
+
+class Model(BaseModel):
+    """camelCase in YAML and Pulumi config (as Kubernetes spells it), snake_case in Python."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class SecretKey(Model):
+    name: str = Field(description="Name of a Secret in the operator's namespace.")
+    key: str = Field(description="Key of the value in that Secret.")
+
+
+class Resources(Model):
+    requests: dict[str, str] = Field(
+        default_factory=lambda: {"cpu": "250m", "memory": "512Mi"},
+        description="What the scheduler reserves: the operator plus one Pulumi engine at rest.",
+    )
+    limits: dict[str, str] = Field(
+        default_factory=lambda: {"memory": "2Gi"},
+        description="Each Pulumi operation runs the CLI and the tencentcloud plugin (~150 MiB "
+        "each); no CPU limit, so operations are not throttled.",
+    )
+
+
+class Storage(Model):
+    size: str = Field("1Gi", description="Size of the volume of the default file:// backend.")
+    storage_class_name: str | None = Field(None, description="StorageClass; None: the default.")
+
+
+class InstallConfig(Model):
+    name: str = Field("spotpool-operator", description="Name of the Deployment and its account.")
+    namespace: str = Field("spotpool-system", description="Namespace the operator runs in.")
+    create_namespace: bool = Field(True, description="False: the namespace exists already.")
+    install_crd: bool = Field(
+        True, description="False: the Spotpool CRD is managed elsewhere (another install)."
+    )
+    image: str = Field(f"spotpool-operator:{VERSION}", description="Operator image.")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    watch_namespaces: list[str] = Field(
+        default_factory=list,
+        description="Namespaces whose Spotpools the operator serves, each granted a Role of "
+        "its own; empty: every namespace (one ClusterRole, so Secrets in all namespaces).",
+    )
+    backend_url: str | None = Field(
+        None,
+        description="Pulumi state backend (s3://…, https://…, file://…); None: a file:// "
+        "backend on a PersistentVolumeClaim.",
+    )
+    backend_credentials_secret: str | None = Field(
+        None,
+        description="Secret whose keys become the operator's environment (for example "
+        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for s3://, PULUMI_ACCESS_TOKEN).",
+    )
+    passphrase_secret: SecretKey = Field(
+        default_factory=lambda: SecretKey(name="spotpool-passphrase", key="passphrase"),
+        description="Secret holding the passphrase that encrypts the stacks' secrets.",
+    )
+    cloud_endpoint: str | None = Field(
+        None, description="URL of `spotpool emulator serve`; None: the real Tencent Cloud."
+    )
+    max_concurrent: int = Field(4, ge=1, le=256, description="Engine operations in flight.")
+    refresh_interval: str = Field("60s", description="Refresh period of pools that set none.")
+    resources: Resources = Field(default_factory=Resources)
+    storage: Storage = Field(default_factory=Storage)
+
+    @field_validator("name", "namespace")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        return _label(value)
+
+    @field_validator("watch_namespaces")
+    @classmethod
+    def _namespaces(cls, values: list[str]) -> list[str]:
+        for value in values:
+            _label(value)  # exact names: a Role needs a namespace that is known now
+        if len(set(values)) != len(values):
+            raise ValueError("watchNamespaces lists a namespace twice")
+        return values
+
+    @field_validator("refresh_interval")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        if parse_duration(value) <= 0:
+            raise ValueError("refreshInterval must be longer than 0s")
+        return value
+
+    @property
+    def all_namespaces(self) -> bool:
+        return not self.watch_namespaces
+
+    @property
+    def file_backend(self) -> bool:
+        """True when the state lives on the install's own volume."""
+        return self.backend_url is None
+
+
+def _label(value: str) -> str:
+    if len(value) > 63 or not DNS_LABEL.fullmatch(value):
+        raise ValueError(f"{value!r} is not a Kubernetes name (lowercase letters, digits and -)")
+    return value

@@ -1,0 +1,196 @@
+"""The operator's Deployment, its metrics Service and the volume of the default file backend.
+
+The paths and the user id match operator/Dockerfile: the root filesystem is read-only, so
+every directory the operator or Pulumi writes is a volume.
+"""
+
+from typing import Any
+
+from spotpool_deploy.config import InstallConfig
+from spotpool_deploy.meta import labels, metadata, selector_labels
+
+USER_ID = 10001  # the image's `spotpool` user
+METRICS_PORT = 9090  # `spotpool operator run` defaults
+LIVENESS_PORT = 8081
+STATE_DIR = "/var/lib/spotpool/state"  # the file:// backend (PersistentVolumeClaim)
+WORK_DIR = "/var/lib/spotpool/work"  # per-stack workspaces, rebuilt from the backend
+PULUMI_HOME = "/var/lib/spotpool/pulumi"  # Pulumi's own home; the image links its plugins in
+PASSPHRASE_DIR = "/etc/spotpool/passphrase"
+
+
+def state_claim_name(config: InstallConfig) -> str:
+    return f"{config.name}-state"
+
+
+def state_claim(config: InstallConfig) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": config.storage.size}},
+    }
+    if config.storage.storage_class_name is not None:
+        spec["storageClassName"] = config.storage.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": metadata(config, state_claim_name(config), config.namespace),
+        "spec": spec,
+    }
+
+
+def _env(config: InstallConfig) -> list[dict[str, str]]:
+    backend = config.backend_url or f"file://{STATE_DIR}/backend"
+    env = {
+        "SPOTPOOL_BACKEND_URL": backend,
+        "SPOTPOOL_PASSPHRASE_FILE": f"{PASSPHRASE_DIR}/passphrase",
+        "SPOTPOOL_WORK_DIR": WORK_DIR,
+        "SPOTPOOL_MAX_CONCURRENT": str(config.max_concurrent),
+        "SPOTPOOL_REFRESH_INTERVAL": config.refresh_interval,
+        "SPOTPOOL_METRICS_HOST": "0.0.0.0",
+        "SPOTPOOL_METRICS_PORT": str(METRICS_PORT),
+        "SPOTPOOL_LIVENESS_PORT": str(LIVENESS_PORT),
+        "SPOTPOOL_LOG_FORMAT": "json",
+        "PULUMI_HOME": PULUMI_HOME,
+        "XDG_STATE_HOME": "/var/lib/spotpool",
+        "HOME": "/tmp",
+    }
+    if config.all_namespaces:
+        env["SPOTPOOL_ALL_NAMESPACES"] = "true"
+    else:
+        env["SPOTPOOL_NAMESPACE"] = ",".join(config.watch_namespaces)
+    if config.cloud_endpoint is not None:
+        env["SPOTPOOL_CLOUD_ENDPOINT"] = config.cloud_endpoint
+    return [{"name": key, "value": value} for key, value in env.items()]
+
+
+def _volumes(config: InstallConfig) -> list[dict[str, Any]]:
+    volumes: list[dict[str, Any]] = [
+        {
+            "name": "passphrase",
+            "secret": {
+                "secretName": config.passphrase_secret.name,
+                "items": [{"key": config.passphrase_secret.key, "path": "passphrase"}],
+                "defaultMode": 0o440,
+            },
+        },
+        {"name": "work", "emptyDir": {}},
+        {"name": "pulumi-home", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    if config.file_backend:
+        claim = {"claimName": state_claim_name(config)}
+        volumes.append({"name": "state", "persistentVolumeClaim": claim})
+    return volumes
+
+
+def _mounts(config: InstallConfig) -> list[dict[str, Any]]:
+    mounts: list[dict[str, Any]] = [
+        {"name": "passphrase", "mountPath": PASSPHRASE_DIR, "readOnly": True},
+        {"name": "work", "mountPath": WORK_DIR},
+        {"name": "pulumi-home", "mountPath": PULUMI_HOME},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    if config.file_backend:
+        mounts.append({"name": "state", "mountPath": STATE_DIR})
+    return mounts
+
+
+def _probe(period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": "/healthz", "port": "liveness"},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def _container(config: InstallConfig) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "operator",
+        "image": config.image,
+        "imagePullPolicy": config.image_pull_policy,
+        "args": ["operator", "run"],
+        "env": _env(config),
+        "ports": [
+            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+            {"name": "liveness", "containerPort": LIVENESS_PORT, "protocol": "TCP"},
+        ],
+        # kopf answers /healthz once it has connected and started its watches.
+        "startupProbe": _probe(period=5, failures=36),
+        "livenessProbe": _probe(period=20, failures=3),
+        "readinessProbe": _probe(period=10, failures=3),
+        "resources": config.resources.model_dump(),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": _mounts(config),
+    }
+    if config.backend_credentials_secret is not None:
+        container["envFrom"] = [{"secretRef": {"name": config.backend_credentials_secret}}]
+    return container
+
+
+def deployment(config: InstallConfig) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(config, config.name, config.namespace),
+        "spec": {
+            # kopf runs standalone (no peering): exactly one replica, and never two at once
+            # during a rollout, or both would act on the same stacks.
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": selector_labels(config)},
+            "template": {
+                "metadata": {"labels": labels(config)},
+                "spec": {
+                    "serviceAccountName": config.name,
+                    "automountServiceAccountToken": True,
+                    "enableServiceLinks": False,
+                    # Pulumi operations finish their step, kopf hands back; then SIGKILL.
+                    "terminationGracePeriodSeconds": 60,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": USER_ID,
+                        "runAsGroup": USER_ID,
+                        "fsGroup": USER_ID,
+                        "fsGroupChangePolicy": "OnRootMismatch",
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [_container(config)],
+                    "volumes": _volumes(config),
+                },
+            },
+        },
+    }
+
+
+def metrics_service(config: InstallConfig) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            **metadata(config, f"{config.name}-metrics", config.namespace),
+            "annotations": {
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": str(METRICS_PORT),
+                "prometheus.io/path": "/metrics",
+            },
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(config),
+            "ports": [
+                {
+                    "name": "metrics",
+                    "port": METRICS_PORT,
+                    "targetPort": "metrics",
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }

@@ -1,0 +1,225 @@
+"""The install's objects: least-privilege RBAC, a locked-down Deployment, config checks."""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+import yaml
+from pydantic import ValidationError
+from spotpool_deploy import workload
+from spotpool_deploy.config import InstallConfig
+from spotpool_deploy.objects import Object, identity, render
+from spotpool_operator.cli import app as operator_app
+from spotpool_operator.settings import OperatorSettings
+
+from spotpool.api import crd
+
+ROOT = Path(__file__).resolve().parents[2]
+POOL_RULES = [
+    {"apiGroups": ["devops.jokerbai.com"], "resources": ["spotpools"],
+     "verbs": ["get", "list", "watch", "patch"]},
+    {"apiGroups": ["devops.jokerbai.com"], "resources": ["spotpools/status"], "verbs": ["patch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+]  # fmt: skip
+CRD_RULES = [
+    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+     "verbs": ["get", "list", "watch"]},
+]  # fmt: skip
+NAMESPACE_RULES = [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}]
+
+
+def by_identity(objects: list[Object]) -> dict[str, Object]:
+    return {identity(obj): obj for obj in objects}
+
+
+def container(objects: list[Object]) -> dict[str, Any]:
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    (only,) = deployment["spec"]["template"]["spec"]["containers"]
+    return dict(only)
+
+
+def env(objects: list[Object]) -> dict[str, str]:
+    return {item["name"]: item["value"] for item in container(objects)["env"]}
+
+
+def test_all_namespaces_get_one_cluster_role_and_nothing_namespaced() -> None:
+    objects = by_identity(render(InstallConfig()))
+    prefix = "spotpool-operator-spotpool-system"
+    assert objects[f"ClusterRole/{prefix}-pools"]["rules"] == POOL_RULES
+    assert objects[f"ClusterRole/{prefix}-scan"]["rules"] == CRD_RULES  # no namespaces
+    for role in ("pools", "scan"):
+        binding = objects[f"ClusterRoleBinding/{prefix}-{role}"]
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": f"{prefix}-{role}",
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "spotpool-operator", "namespace": "spotpool-system"}
+        ]
+    assert not [key for key in objects if key.startswith(("Role/", "RoleBinding/"))]
+    assert env(list(objects.values()))["SPOTPOOL_ALL_NAMESPACES"] == "true"
+
+
+def test_watched_namespaces_each_get_a_role_and_no_cluster_wide_pool_rights() -> None:
+    objects = by_identity(render(InstallConfig(watch_namespaces=["team-a", "team-b"])))
+    for namespace in ("team-a", "team-b"):
+        assert objects[f"Role/{namespace}/spotpool-operator"]["rules"] == POOL_RULES
+        binding = objects[f"RoleBinding/{namespace}/spotpool-operator"]
+        assert binding["roleRef"]["kind"] == "Role"
+        assert binding["subjects"][0]["namespace"] == "spotpool-system"
+    cluster_roles = [o for o in objects.values() if o["kind"] == "ClusterRole"]
+    # kopf matches its namespace patterns against the listed namespaces (read-only).
+    assert [role["rules"] for role in cluster_roles] == [CRD_RULES + NAMESPACE_RULES]
+    assert "Role/spotpool-system/spotpool-operator" not in objects  # its own ns is not watched
+    values = env(list(objects.values()))
+    assert values["SPOTPOOL_NAMESPACE"] == "team-a,team-b"
+    assert "SPOTPOOL_ALL_NAMESPACES" not in values
+
+
+def test_no_rule_grants_wildcards_deletes_pods_nodes_leases_or_peering() -> None:
+    for config in (InstallConfig(), InstallConfig(watch_namespaces=["team-a"])):
+        for obj in render(config):
+            for rule in obj.get("rules", []):
+                assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
+                assert not {"delete", "deletecollection", "create", "update", "escalate",
+                            "bind", "impersonate"} & set(rule["verbs"]) - (
+                    {"create"} if rule["resources"] == ["events"] else set()
+                )  # fmt: skip
+                assert not {"pods", "nodes", "leases", "configmaps"} & set(rule["resources"])
+                if "namespaces" in rule["resources"]:
+                    assert config.watch_namespaces and rule["verbs"] == ["list", "watch"]
+                assert not {"kopf.dev", "coordination.k8s.io"} & set(rule["apiGroups"])
+                if "secrets" in rule["resources"]:
+                    assert rule["verbs"] == ["get"]
+
+
+def test_the_deployment_runs_locked_down_with_probes_on_kopfs_liveness_port() -> None:
+    objects = render(InstallConfig())
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == "spotpool-operator"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == workload.USER_ID != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    main = container(objects)
+    assert main["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    ports = {port["name"]: port["containerPort"] for port in main["ports"]}
+    defaults = OperatorSettings.model_fields
+    assert ports == {
+        "metrics": defaults["metrics_port"].default,
+        "liveness": defaults["liveness_port"].default,
+    }
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert main[probe]["httpGet"] == {"path": "/healthz", "port": "liveness"}
+    assert main["resources"]["requests"] and main["resources"]["limits"]["memory"]
+    mounts = {mount["mountPath"] for mount in main["volumeMounts"]}
+    # The root filesystem is read-only: everything written is a volume.
+    assert {"/tmp", workload.WORK_DIR, workload.PULUMI_HOME, workload.STATE_DIR} <= mounts
+    (service,) = [o for o in objects if o["kind"] == "Service"]
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert service["spec"]["selector"] == spec["selector"]["matchLabels"]
+
+
+def test_every_variable_set_for_the_operator_is_one_it_reads() -> None:
+    command = typer.main.get_command(operator_app)
+    run = getattr(command, "commands", {}).get("run", command)
+    known = {param.envvar for param in run.params if isinstance(param.envvar, str)}
+    config = InstallConfig(
+        watch_namespaces=["a"], cloud_endpoint="http://127.0.0.1:1", backend_url="s3://b"
+    )
+    spotpool_vars = {name for name in env(render(config)) if name.startswith("SPOTPOOL_")}
+    assert spotpool_vars <= known, spotpool_vars - known
+
+
+def test_the_operator_reads_the_deployments_environment_as_intended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = InstallConfig(watch_namespaces=["team-a", "team-b"], max_concurrent=7)
+    for name, value in env(render(config)).items():
+        monkeypatch.setenv(name, value)
+    command = typer.main.get_command(operator_app)
+    run = getattr(command, "commands", {}).get("run", command)
+    params = run.make_context("run", []).params
+    assert params["namespace"] == ["team-a,team-b"]  # the operator splits on commas
+    assert params["all_namespaces"] is False
+    assert params["max_concurrent"] == 7 and params["refresh_interval"] == "60s"
+    assert params["backend"] == f"file://{workload.STATE_DIR}/backend"
+    assert str(params["passphrase_file"]) == f"{workload.PASSPHRASE_DIR}/passphrase"
+    assert (params["metrics_host"], params["metrics_port"]) == ("0.0.0.0", 9090)
+    assert params["liveness_port"] == 8081 and params["log_format"] == "json"
+    monkeypatch.setenv("SPOTPOOL_ALL_NAMESPACES", "true")
+    monkeypatch.delenv("SPOTPOOL_NAMESPACE")
+    assert run.make_context("run", []).params["all_namespaces"] is True
+
+
+def test_the_passphrase_and_backend_credentials_are_referenced_never_held() -> None:
+    config = InstallConfig(backend_url="s3://state", backend_credentials_secret="state-keys")
+    objects = render(config)
+    assert not [o for o in objects if o["kind"] in ("Secret", "PersistentVolumeClaim")]
+    main = container(objects)
+    assert main["envFrom"] == [{"secretRef": {"name": "state-keys"}}]
+    assert env(objects)["SPOTPOOL_BACKEND_URL"] == "s3://state"
+    assert env(objects)["SPOTPOOL_PASSPHRASE_FILE"] == "/etc/spotpool/passphrase/passphrase"
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["passphrase"]["secret"]["secretName"] == "spotpool-passphrase"
+    assert "state" not in volumes
+
+
+def test_the_default_file_backend_lives_on_a_claim_of_the_configured_size() -> None:
+    config = InstallConfig.model_validate({"storage": {"size": "5Gi", "storageClassName": "ssd"}})
+    objects = by_identity(render(config))
+    claim = objects["PersistentVolumeClaim/spotpool-system/spotpool-operator-state"]
+    assert claim["spec"]["resources"] == {"requests": {"storage": "5Gi"}}
+    assert claim["spec"]["storageClassName"] == "ssd"
+    values = env(list(objects.values()))
+    assert values["SPOTPOOL_BACKEND_URL"] == f"file://{workload.STATE_DIR}/backend"
+
+
+def test_the_crd_is_the_one_generated_from_the_spec_model() -> None:
+    (definition,) = [o for o in render(InstallConfig()) if o["kind"] == "CustomResourceDefinition"]
+    committed = yaml.safe_load((ROOT / crd.CRD_PATH).read_text())
+    assert definition["spec"] == committed["spec"] == crd.render()["spec"]
+    assert definition["metadata"]["name"] == committed["metadata"]["name"]
+
+
+def test_settings_carry_through_and_bad_ones_are_refused() -> None:
+    config = InstallConfig.model_validate(
+        {"image": "registry.example/spotpool:1.2", "maxConcurrent": 9, "refreshInterval": "5m",
+         "cloudEndpoint": "http://emulator:9000", "namespace": "ops"}
+    )  # fmt: skip
+    objects = render(config)
+    assert container(objects)["image"] == "registry.example/spotpool:1.2"
+    values = env(objects)
+    assert values["SPOTPOOL_MAX_CONCURRENT"] == "9"
+    assert values["SPOTPOOL_REFRESH_INTERVAL"] == "5m"
+    assert values["SPOTPOOL_CLOUD_ENDPOINT"] == "http://emulator:9000"
+    assert {o["metadata"].get("namespace") for o in objects} == {None, "ops"}
+    for bad in (
+        {"watchNamespaces": ["team-*"]},  # a Role needs a namespace known now
+        {"watchNamespaces": ["a", "a"]},
+        {"namespace": "Ops"},
+        {"maxConcurrent": 0},
+        {"refreshInterval": "soon"},
+        {"refreshInterval": "0s"},
+        {"imagePullPolicy": "Sometimes"},
+        {"unknownSetting": 1},
+    ):
+        with pytest.raises(ValidationError):
+            InstallConfig.model_validate(bad)
+
+
+def test_optional_namespace_and_crd_are_left_out_when_managed_elsewhere() -> None:
+    objects = render(InstallConfig(create_namespace=False, install_crd=False))
+    assert not {"Namespace", "CustomResourceDefinition"} & {o["kind"] for o in objects}
