@@ -222,6 +222,9 @@ class Reconciler:
             ref.logger.warning("reclaimed: %s", gone)
             pool.replace_pending, pool.reclaimed_at = True, time.monotonic()
             await self._write(pool, ref, status)
+        elif result.orphan_slots:  # a run died after creating them: the next up adopts them
+            pool.replace_pending = True
+            await self._write(pool, ref, status)
         elif _visible(status) != _visible(pool.status):
             await self._write(pool, ref, status)
         else:

@@ -2,7 +2,8 @@
 
 Each slot has a stable logical name (`<pool>-slot-<i>`), so when the cloud reclaims one spot
 instance, refresh drops exactly that slot and the next `up` recreates it alone. Scaling down
-removes the highest slots first; scaling up adds new slots after the last.
+removes the highest slots first; scaling up adds new slots after the last. An instance that a
+killed run created but never recorded is adopted into its slot (imported), not recreated.
 """
 
 from typing import Any
@@ -12,6 +13,10 @@ import tencentcloud_iac_pulumi as tencentcloud
 
 from spotpool.api.spec import ChargeType
 from spotpool.api.stackconfig import StackConfig
+
+# What the cloud never reports back about an instance. An adopted instance keeps what it was
+# created with: setting these again would reset its password or, for hostname, reinstall it.
+NOT_READ_BACK = ["hostname", "password", "keyIds", "userDataRaw", "spotInstanceType"]
 
 
 class SpotPool(pulumi.ComponentResource):
@@ -37,6 +42,7 @@ class SpotPool(pulumi.ComponentResource):
     def _slot(self, slot: int) -> tencentcloud.instance.Instance:
         c = self._config
         spot = c.charge_type == ChargeType.SPOTPAID
+        adopted = c.adopted.get(slot)
         net = c.internet_accessible
         return tencentcloud.instance.Instance(
             f"{self._name}-slot-{slot}",
@@ -61,8 +67,13 @@ class SpotPool(pulumi.ComponentResource):
             password=self._password,
             user_data_raw=c.user_data,
             tags=c.instance_tags(slot),
-            # A spot instance cannot be resized in place: a new type means new instances.
-            opts=pulumi.ResourceOptions(parent=self, replace_on_changes=["instanceType"]),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                # A spot instance cannot be resized in place: a new type means new instances.
+                replace_on_changes=["instanceType"],
+                import_=adopted,
+                ignore_changes=NOT_READ_BACK if adopted else None,
+            ),
         )
 
     @staticmethod

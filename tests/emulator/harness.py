@@ -8,6 +8,7 @@ its state in a temporary SQLite file, and is stopped by its own pid.
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -118,6 +119,10 @@ class EmulatorProcess:
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def actions(self) -> list[str]:
+        """`service.Action` of every API call served so far, in order."""
+        return re.findall(r"\baction=(\S+) ", self.log_text())
 
     # -- life ------------------------------------------------------------------------------
     def healthy(self) -> bool:

@@ -1,6 +1,9 @@
 """The real engine world: the pinned pulumi CLI and tencentcloud plugin, a file backend in a
 temporary directory, and an emulator process standing in for Tencent Cloud."""
 
+import json
+import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -61,6 +64,33 @@ class EngineWorld:
             if not item.get("Gone")
             and {"Key": "spotpool-pool-uid", "Value": stack.pool.uid} in (item.get("Tags") or [])
         }
+
+    def pulumi(self, stack: PoolStack, *args: str) -> str:
+        """The plain pulumi CLI on the pool's stack, from its workspace, as a person runs it."""
+        env = {
+            **os.environ,
+            "PULUMI_BACKEND_URL": self.settings.backend_url,
+            "PULUMI_CONFIG_PASSPHRASE": "engine-tests-passphrase",
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+        }
+        done = subprocess.run(
+            [str(self.settings.tools_dir / "pulumi"), *args, "--stack", stack.name],
+            cwd=self.settings.work_root / stack.name,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def unrecord(self, stack: PoolStack, slot: int) -> None:
+        """Drop a slot's instance from the state but not from the cloud: what a run killed
+        between the cloud's reply and the state write leaves."""
+        exported = json.loads(self.pulumi(stack, "stack", "export"))
+        urns = [r["urn"] for r in exported["deployment"]["resources"]]
+        (urn,) = [urn for urn in urns if urn.endswith(f"-slot-{slot}")]
+        self.pulumi(stack, "state", "delete", urn, "--yes")
 
 
 @pytest.fixture

@@ -155,6 +155,7 @@ def test_killed_up_is_recovered_without_leaks_or_stuck_lock(
     os.killpg(run.pid, signal.SIGKILL)
     run.wait(timeout=30)
     time.sleep(0.5)
+    made_before_the_kill = set(world.cloud_instances(stack))
 
     result = stack.up(world.config(stack, 4))
 
@@ -162,6 +163,7 @@ def test_killed_up_is_recovered_without_leaks_or_stuck_lock(
     ids = sorted(i.instance_id for i in result.instances)
     assert len(ids) == 4
     assert sorted(world.cloud_instances(stack)) == ids
+    assert made_before_the_kill <= set(ids), "an instance the killed run made was wasted"
     locks = Path(world.settings.backend_url.removeprefix("file://")) / ".pulumi" / "locks"
     assert not list(locks.glob(f"**/{stack.name}/*.json"))
 
@@ -187,6 +189,52 @@ def test_refresh_terminates_instances_tagged_for_the_pool_but_not_in_its_state(
 
     assert any(stray[0] in note for note in result.recovered)
     wait_until(lambda: set(world.cloud_instances(stack)) == {owned[0]}, "the stray's end", 30)
+
+
+def test_an_instance_the_state_lost_is_adopted_into_its_slot_not_recreated(
+    world: EngineWorld,
+) -> None:
+    stack = world.pool()
+    first = _ids_by_slot(stack.up(world.config(stack, 3)).instances)
+    world.unrecord(stack, 1)
+    served = len(world.emulator.actions())
+
+    result = stack.up(world.config(stack, 3))
+
+    assert _ids_by_slot(result.instances) == first
+    assert any(first[1] in note and "adopted" in note for note in result.recovered)
+    assert sorted(world.cloud_instances(stack)) == sorted(first.values())
+    after = set(world.emulator.actions()[served:])
+    # Nothing was created, and nothing was re-set: a hostname change would reinstall it.
+    assert not {"cvm.RunInstances", "cvm.ResetInstance", "cvm.ResetInstancesPassword"} & after
+    again = stack.up(world.config(stack, 3))
+    changed = again.changes.model_dump(exclude={"same"})
+    assert not any(changed.values()) and not again.recovered, (changed, again.recovered)
+    assert _ids_by_slot(again.instances) == first
+
+
+def test_refresh_leaves_an_adoptable_orphan_for_the_next_up(world: EngineWorld) -> None:
+    stack = world.pool()
+    first = _ids_by_slot(stack.up(world.config(stack, 2)).instances)
+    world.unrecord(stack, 0)
+
+    refreshed = stack.refresh()
+
+    assert refreshed.orphan_slots == [0]
+    assert sorted(world.cloud_instances(stack)) == sorted(first.values())
+    assert _ids_by_slot(stack.up(world.config(stack, 2)).instances) == first
+
+
+def test_an_orphan_no_slot_wants_is_terminated_by_up(world: EngineWorld) -> None:
+    stack = world.pool()
+    first = _ids_by_slot(stack.up(world.config(stack, 3)).instances)
+    world.unrecord(stack, 2)
+
+    result = stack.up(world.config(stack, 2))  # scaled down: slot 2 is not wanted any more
+
+    assert _ids_by_slot(result.instances) == {0: first[0], 1: first[1]}
+    assert any(first[2] in note and "terminated" in note for note in result.recovered)
+    wait_until(lambda: first[2] not in world.cloud_instances(stack), "the orphan's end", 30)
 
 
 def test_no_spot_stock_falls_back_to_the_next_instance_type(world: EngineWorld) -> None:

@@ -64,6 +64,11 @@ class StackConfig(Model):
         default_factory=dict,
         description="slots that fell back to a later instance type when the cloud had no stock",
     )
+    adopted: dict[int, str] = Field(
+        default_factory=dict,
+        description="slots whose instance was adopted from the cloud (slot -> instance id) "
+        "after a run died between creating it and recording it",
+    )
 
     @classmethod
     def from_spec(cls, pool: PoolIdentity, spec: SpotpoolSpec) -> "StackConfig":
@@ -110,6 +115,24 @@ class StackConfig(Model):
             if slot in live_slots and slot < self.count and kind in self.instance_types
         }
         return self.model_copy(update={"slot_types": kept})
+
+    def keeping_adopted(self, previous: "StackConfig", live: dict[int, str]) -> "StackConfig":
+        """Carry over the adoptions whose instance still holds its slot."""
+        kept = {
+            slot: instance_id
+            for slot, instance_id in previous.adopted.items()
+            if live.get(slot) == instance_id and slot < self.count
+        }
+        return self.model_copy(update={"adopted": kept})
+
+    def adopting(self, orphans: dict[int, tuple[str, str]]) -> "StackConfig":
+        """This config with each slot -> (instance id, instance type) adopted as it is."""
+        adopted, types = dict(self.adopted), dict(self.slot_types)
+        for slot, (instance_id, kind) in orphans.items():
+            adopted[slot] = instance_id
+            if kind != self.instance_types[0]:
+                types[slot] = kind
+        return self.model_copy(update={"adopted": adopted, "slot_types": types})
 
     def zone_of(self, slot: int) -> str:
         """Slots are spread over the zones in order: slot i lives in zone i mod len(zones)."""

@@ -1,5 +1,5 @@
 """Direct Tencent Cloud API calls the engine needs beside Pulumi: finding a pool's instances by
-tag (orphans, recovery) and terminating the ones no stack owns."""
+tag (orphans, recovery) and terminating the ones no slot wants."""
 
 import json
 from typing import Any
@@ -30,6 +30,7 @@ class TaggedInstance(BaseModel):
     instance_id: str
     slot: int | None = Field(description="None when the slot tag is missing or unreadable")
     state: str
+    instance_type: str
 
 
 def pool_instances(client: cvm_client.CvmClient, pool_uid: str) -> list[TaggedInstance]:
@@ -50,7 +51,10 @@ def pool_instances(client: cvm_client.CvmClient, pool_uid: str) -> list[TaggedIn
         reply = client.DescribeInstances(request)
         found += [
             TaggedInstance(
-                instance_id=item.InstanceId, slot=_slot_of(item), state=item.InstanceState
+                instance_id=item.InstanceId,
+                slot=_slot_of(item),
+                state=item.InstanceState,
+                instance_type=item.InstanceType,
             )
             for item in reply.InstanceSet
         ]

@@ -1,14 +1,18 @@
 """Repair what a killed run left behind, before the next operation on the stack.
 
 - a lock whose owner is provably gone (this host, pid not alive) is removed (`pulumi cancel`);
-- pending creates are cleared, and then every instance that carries the pool's tags but is
-  not in the state (the cloud half of an interrupted create) is terminated, so nothing leaks.
+- pending creates are cleared.
+
+What an interrupted create left in the cloud, an instance with the pool's tags that the state
+does not hold (an orphan), is adopted into its slot by the next `up`, or terminated when no slot
+wants it, so nothing leaks.
 """
 
 import json
 import os
 import socket
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,13 +22,15 @@ from tencentcloud.cvm.v20170312 import cvm_client
 from spotpool.engine import cloud
 
 if TYPE_CHECKING:
+    from spotpool.api.stackconfig import StackConfig
     from spotpool.engine.stack import PoolStack
 
 GONE_STATES = {"TERMINATING", "SHUTDOWN", "LAUNCH_FAILED"}
 
 
 def repair(pool: "PoolStack", stack: auto.Stack, state: Mapping[str, Any]) -> list[str]:
-    """What was repaired, given the stack's current state; nothing to say if nothing was."""
+    """What was repaired, given the stack's current state; nothing to say if nothing was.
+    What a killed run created but never recorded is an orphan: see `settle_orphans`."""
     notes = _break_stale_locks(pool)
     if notes:
         stack.cancel()
@@ -32,31 +38,55 @@ def repair(pool: "PoolStack", stack: auto.Stack, state: Mapping[str, Any]) -> li
     if pending:
         stack.refresh(clear_pending_creates=True, color="never", show_secrets=False)
         notes.append(f"cleared {len(pending)} pending operation(s) of a killed run")
-    if notes:  # a run was killed: what it created but never recorded must not leak
-        notes += terminate_orphans(pool)
     return notes
 
 
-def terminate_orphans(pool: "PoolStack", owned: set[str] | None = None) -> list[str]:
-    """Terminate the pool's tagged instances that its state does not hold. Call it only while
-    holding the stack's lock, so no run of ours is between creating and recording one."""
-    orphans = find_orphans(pool, owned)
-    if not orphans:
-        return []
-    cloud.terminate(_client(pool), orphans)
-    return [f"terminated {len(orphans)} orphaned instance(s): {', '.join(orphans)}"]
+@dataclass
+class Orphans:
+    """The pool's tagged instances that its state does not hold, sorted out."""
+
+    adoptable: dict[int, tuple[str, str]] = field(default_factory=dict)  # slot -> (id, type)
+    terminated: list[str] = field(default_factory=list)
+
+    def notes(self, adopted: str) -> list[str]:
+        """`adopted`: what happens to the adoptable ones ("adopted", "adopted by the next up")."""
+        notes = [f"terminated {len(self.terminated)} orphaned instance(s): "
+                 + ", ".join(self.terminated)] if self.terminated else []  # fmt: skip
+        return notes + [
+            f"orphaned instance {instance_id} of slot {slot} {adopted}"
+            for slot, (instance_id, _) in sorted(self.adoptable.items())
+        ]
 
 
-def find_orphans(pool: "PoolStack", owned: set[str] | None = None) -> list[str]:
-    """Instances tagged with this pool that its state does not hold (`owned`, read from the
-    state when not given)."""
-    if owned is None:
-        owned = set(pool.state_instance_ids().values())
-    return [
-        item.instance_id
-        for item in cloud.pool_instances(_client(pool), pool.pool.uid)
-        if item.instance_id not in owned and item.state not in GONE_STATES
-    ]
+def settle_orphans(
+    pool: "PoolStack", config: "StackConfig | None", owned: Mapping[int, str]
+) -> Orphans:
+    """Find the instances tagged with this pool that its state (`owned`: slot -> id) does not
+    hold. One per free slot of `config`, of one of its instance types, can be adopted (a spot
+    GPU is scarce: keeping it beats asking for another); every other one is terminated. Call
+    it only while holding the stack's lock, so no run of ours is between creating and
+    recording one."""
+    found = Orphans()
+    taken = set(owned.values())
+    for item in sorted(cloud.pool_instances(_client(pool), pool.pool.uid),
+                       key=lambda item: item.instance_id):  # fmt: skip
+        if item.instance_id in taken or item.state in GONE_STATES:
+            continue
+        slot = item.slot
+        if (
+            config is not None
+            and slot is not None
+            and slot < config.count
+            and slot not in owned
+            and slot not in found.adoptable
+            and item.instance_type in config.instance_types
+        ):
+            found.adoptable[slot] = (item.instance_id, item.instance_type)
+        else:
+            found.terminated.append(item.instance_id)
+    if found.terminated:
+        cloud.terminate(_client(pool), found.terminated)
+    return found
 
 
 def _client(pool: "PoolStack") -> cvm_client.CvmClient:

@@ -39,6 +39,10 @@ class OperationResult(BaseModel):
     gone_slots: list[int] = Field(
         default_factory=list, description="refresh: slots whose instance the cloud no longer has"
     )
+    orphan_slots: list[int] = Field(
+        default_factory=list,
+        description="refresh: free slots holding an orphaned instance, which the next up adopts",
+    )
     diff: str = Field("", description="preview: the engine's diff text")
     recovered: list[str] = Field(
         default_factory=list, description="what was repaired before the operation ran"

@@ -85,7 +85,11 @@ class PoolStack:
         """Converge to `config`. When the cloud has no stock of a slot's instance type, that
         slot falls back to the next of `instanceTypes` and the up runs again."""
         with self._operation(OperationKind.UP) as (stack, result, state):
-            config = _with_previous_fallbacks(config, state)
+            owned = _ids_by_slot(state)
+            config = _carried_over(config, state, owned)
+            orphans = recovery.settle_orphans(self, config, owned)
+            config = config.adopting(orphans.adoptable)
+            result.recovered += orphans.notes("adopted")
             while True:
                 self._set_config(stack, config, login_password)
                 try:
@@ -113,8 +117,10 @@ class PoolStack:
             after = slots_in(_export(stack))
             result.changes = changes_from_summary(reply.summary.resource_changes)
             result.gone_slots = sorted(slot for slot in before if slot not in after)
-            owned = {item.instance_id for item in after.values()}
-            result.recovered += recovery.terminate_orphans(self, owned)
+            owned = {slot: item.instance_id for slot, item in after.items()}
+            orphans = recovery.settle_orphans(self, _previous_config(state), owned)
+            result.orphan_slots = sorted(orphans.adoptable)
+            result.recovered += orphans.notes("adopted by the next up")
             result.instances = [after[slot] for slot in sorted(after)]
         return result
 
@@ -151,6 +157,8 @@ class PoolStack:
         with self._operation(OperationKind.DESTROY) as (stack, result, _):
             reply = stack.destroy(on_event=self._printer(), color="never")
             result.changes = changes_from_summary(reply.summary.resource_changes)
+            # The state is empty now: any instance still tagged for the pool would leak.
+            result.recovered += recovery.settle_orphans(self, None, {}).notes("")
             if remove_stack:
                 stack.workspace.remove_stack(self.name)
         return result
@@ -165,7 +173,7 @@ class PoolStack:
 
     def state_instance_ids(self) -> dict[int, str]:
         """slot -> instance id, as the stack's state records them."""
-        return {slot: item.instance_id for slot, item in slots_in(_export(self._select())).items()}
+        return _ids_by_slot(_export(self._select()))
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -280,14 +288,26 @@ def slots_in(state: Mapping[str, Any]) -> dict[int, SlotOutput]:
     return slots
 
 
-def _with_previous_fallbacks(config: StackConfig, state: Mapping[str, Any]) -> StackConfig:
-    """Carry the fallbacks the stack's last config recorded (it exports its config)."""
+def _ids_by_slot(state: Mapping[str, Any]) -> dict[int, str]:
+    return {slot: item.instance_id for slot, item in slots_in(state).items()}
+
+
+def _previous_config(state: Mapping[str, Any]) -> StackConfig | None:
+    """The config of the stack's last up (the program exports it)."""
     roots = [r for r in state.get("resources") or [] if r.get("type") == "pulumi:pulumi:Stack"]
     output = (roots[0].get("outputs") or {}).get("config") if roots else None
-    previous = StackConfig.model_validate(output) if isinstance(output, dict) else None
-    if previous is None or not previous.slot_types:
+    return StackConfig.model_validate(output) if isinstance(output, dict) else None
+
+
+def _carried_over(
+    config: StackConfig, state: Mapping[str, Any], owned: dict[int, str]
+) -> StackConfig:
+    """Carry the fallbacks and adoptions of the last config for the slots that kept their
+    instance: dropping either would replace that instance."""
+    previous = _previous_config(state)
+    if previous is None:
         return config
-    return config.keeping_fallbacks(previous, set(slots_in(state)))
+    return config.keeping_fallbacks(previous, set(owned)).keeping_adopted(previous, owned)
 
 
 def instances_of(outputs: Mapping[str, Any]) -> list[SlotOutput]:
