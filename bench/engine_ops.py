@@ -3,7 +3,10 @@
 Issue 4's targets on this machine: an `up` of 20 instances under 30 s; a no-change refresh of a
 5-instance pool under 5 s. The bench starts its own emulator on loopback (boot delay 0, state in
 a temporary directory), a file backend in the same directory, and for each N in `--sizes` runs
-a fresh pool: `up` from nothing, a no-change `up`, a no-change `refresh`, then `destroy`.
+a fresh pool: `up` from nothing, a no-change `up`, a no-change `refresh`; then half the slots
+(rounded up) lose their record in the state as a killed run leaves them and an `up` adopts
+them; then as many are reclaimed by the cloud and `refresh` + `up` replace them (the cost that
+adoption saves: new instances, which a spot market may not have); then `destroy`.
 Peak memory is the largest resident set of any process the runs spawned and reaped (the pulumi
 CLI, the tencentcloud plugin), read from getrusage(RUSAGE_CHILDREN); the bench's own peak (the
 Python program, run inline) is printed beside it.
@@ -31,8 +34,14 @@ from spotpool.api.stackconfig import PoolIdentity, StackConfig  # noqa: E402
 from spotpool.engine.credentials import Credentials  # noqa: E402
 from spotpool.engine.settings import EngineSettings  # noqa: E402
 from spotpool.engine.stack import PoolStack  # noqa: E402
-from tests.emulator.harness import SECRET_ID, SECRET_KEY, start_emulator  # noqa: E402
-from tests.engine.conftest import REGION, pool_spec  # noqa: E402
+from tests.emulator.harness import (  # noqa: E402
+    SECRET_ID,
+    SECRET_KEY,
+    EmulatorProcess,
+    start_emulator,
+    wait_until,
+)
+from tests.engine.conftest import REGION, EngineWorld, pool_spec  # noqa: E402
 
 
 def _timed(label: str, call: Callable[[], object]) -> float:
@@ -41,6 +50,37 @@ def _timed(label: str, call: Callable[[], object]) -> float:
     seconds = time.monotonic() - started
     print(f"  {label:<22} {seconds:6.2f} s", flush=True)
     return seconds
+
+
+def _runs(emulator: EmulatorProcess) -> int:
+    """Instances the emulator has ever created (RunInstances calls, one instance each here)."""
+    return len(emulator.all_instances())
+
+
+def _replace(stack: PoolStack, up: Callable[[], object]) -> None:
+    stack.refresh()
+    up()
+
+
+def _bench_pool(world: EngineWorld, stack: PoolStack, n: int) -> None:
+    emulator = world.emulator
+    up = partial(stack.up, StackConfig.from_spec(stack.pool, pool_spec(n)))
+    _timed("up (create)", up)
+    _timed("up (no change)", up)
+    _timed("refresh (no change)", stack.refresh)
+    half = list(range((n + 1) // 2))
+    for slot in half:
+        world.unrecord(stack, slot)
+    made = _runs(emulator)
+    _timed(f"up (adopt {len(half)})", up)
+    print(f"  {'':<22} {_runs(emulator) - made} instance(s) created", flush=True)
+    lost = {stack.state_instance_ids()[slot] for slot in half}
+    emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": sorted(lost)})
+    wait_until(lambda: not lost & set(world.cloud_instances(stack)), "the reclaim", 60)
+    made = _runs(emulator)
+    _timed(f"refresh+up (replace {len(half)})", partial(_replace, stack, up))
+    print(f"  {'':<22} {_runs(emulator) - made} instance(s) created", flush=True)
+    _timed("destroy", stack.destroy)
 
 
 def main() -> None:
@@ -59,17 +99,12 @@ def main() -> None:
             cloud_endpoint=emulator.endpoint,
         )
         creds = Credentials(secret_id=SecretStr(SECRET_ID), secret_key=SecretStr(SECRET_KEY))
+        world = EngineWorld(emulator, settings, creds, [])
         try:
             for n in args.sizes:
                 pool = PoolIdentity(namespace="bench", name=f"pool-{n}", uid=str(uuid.uuid4()))
-                stack = PoolStack(pool, settings, creds, REGION)
-                config = StackConfig.from_spec(pool, pool_spec(n))
                 print(f"N = {n}")
-                up = partial(stack.up, config)
-                _timed("up (create)", up)
-                _timed("up (no change)", up)
-                _timed("refresh (no change)", stack.refresh)
-                _timed("destroy", stack.destroy)
+                _bench_pool(world, PoolStack(pool, settings, creds, REGION), n)
         finally:
             emulator.stop()
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024

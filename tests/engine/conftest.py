@@ -70,7 +70,7 @@ class EngineWorld:
         env = {
             **os.environ,
             "PULUMI_BACKEND_URL": self.settings.backend_url,
-            "PULUMI_CONFIG_PASSPHRASE": "engine-tests-passphrase",
+            "PULUMI_CONFIG_PASSPHRASE": self.settings.passphrase.get_secret_value(),
             "PULUMI_SKIP_UPDATE_CHECK": "true",
         }
         done = subprocess.run(

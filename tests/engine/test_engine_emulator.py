@@ -191,6 +191,19 @@ def test_refresh_terminates_instances_tagged_for_the_pool_but_not_in_its_state(
     wait_until(lambda: set(world.cloud_instances(stack)) == {owned[0]}, "the stray's end", 30)
 
 
+def test_a_checkpoint_whose_metadata_a_kill_left_empty_is_mended(world: EngineWorld) -> None:
+    stack = world.pool()
+    first = _ids_by_slot(stack.up(world.config(stack, 1)).instances)
+    backend = Path(world.settings.backend_url.removeprefix("file://"))
+    (attrs,) = backend.glob(f".pulumi/stacks/**/{stack.name}.json.attrs")
+    attrs.write_text("")  # as a SIGKILL between its create and its write leaves it
+
+    result = stack.up(world.config(stack, 1))
+
+    assert any("half-written" in note for note in result.recovered)
+    assert _ids_by_slot(result.instances) == first
+
+
 def test_an_instance_the_state_lost_is_adopted_into_its_slot_not_recreated(
     world: EngineWorld,
 ) -> None:

@@ -93,6 +93,31 @@ def _client(pool: "PoolStack") -> cvm_client.CvmClient:
     return cloud.cvm(pool.credentials, pool.region, pool.settings.cloud_endpoint)
 
 
+def mend_backend_files(pool: "PoolStack") -> list[str]:
+    """A file backend keeps each file's metadata in a `.attrs` file beside it, written in
+    place after the file itself went to a temporary name: a kill in between leaves it empty,
+    and Pulumi then cannot even select the stack ("failed to load checkpoint: EOF"). The
+    metadata is optional (content type and checksum), so a broken one is removed."""
+    backend = pool.settings.backend_url
+    if not backend.startswith("file://"):
+        return []
+    root = Path(backend.removeprefix("file://")) / ".pulumi"
+    name = pool.name
+    patterns = (f"stacks/**/{name}.json*.attrs", f"locks/**/{name}/*.attrs",
+                f"history/**/{name}/*.attrs")  # fmt: skip
+    notes = []
+    for attrs in (path for pattern in patterns for path in root.glob(pattern)):
+        try:
+            json.loads(attrs.read_text())
+            continue
+        except ValueError:
+            attrs.unlink()
+        except OSError:
+            continue
+        notes.append(f"removed the half-written backend file {attrs.name} of a killed run")
+    return notes
+
+
 def _break_stale_locks(pool: "PoolStack") -> list[str]:
     backend = pool.settings.backend_url
     if not backend.startswith("file://"):

@@ -184,11 +184,12 @@ class PoolStack:
         """Lock, select, repair; yields the stack, its result and its state (one read)."""
         started = time.monotonic()
         with _stack_lock(self.name):
+            mended = recovery.mend_backend_files(self)
             stack = self._select()
             result = OperationResult(kind=kind, stack=self.name, seconds=0.0)
             try:
                 state = _export(stack)
-                result.recovered = recovery.repair(self, stack, state)
+                result.recovered = mended + recovery.repair(self, stack, state)
                 if result.recovered:  # the repair changed the state
                     state = _export(stack)
                 yield stack, result, state
