@@ -229,6 +229,9 @@ class PoolStack:
             "PULUMI_CONFIG_PASSPHRASE": self.settings.passphrase.get_secret_value(),
             "PULUMI_SKIP_UPDATE_CHECK": "true",
             "PULUMI_DIY_BACKEND_NO_LEGACY_WARNING": "true",
+            # The plugins are installed in Pulumi's home; the copies beside the CLI on PATH
+            # would only earn a warning on every run.
+            "PULUMI_IGNORE_AMBIENT_PLUGINS": "true",
             "TENCENTCLOUD_REGION": self.region,
             **self.credentials.provider_env(),
         }
