@@ -48,7 +48,7 @@ def _timed(label: str, call: Callable[[], object]) -> float:
     started = time.monotonic()
     call()
     seconds = time.monotonic() - started
-    print(f"  {label:<22} {seconds:6.2f} s", flush=True)
+    print(f"  {label:<24} {seconds:6.2f} s", flush=True)
     return seconds
 
 
@@ -73,13 +73,13 @@ def _bench_pool(world: EngineWorld, stack: PoolStack, n: int) -> None:
         world.unrecord(stack, slot)
     made = _runs(emulator)
     _timed(f"up (adopt {len(half)})", up)
-    print(f"  {'':<22} {_runs(emulator) - made} instance(s) created", flush=True)
+    print(f"  {'':<24} {_runs(emulator) - made} instance(s) created", flush=True)
     lost = {stack.state_instance_ids()[slot] for slot in half}
     emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": sorted(lost)})
     wait_until(lambda: not lost & set(world.cloud_instances(stack)), "the reclaim", 60)
     made = _runs(emulator)
     _timed(f"refresh+up (replace {len(half)})", partial(_replace, stack, up))
-    print(f"  {'':<22} {_runs(emulator) - made} instance(s) created", flush=True)
+    print(f"  {'':<24} {_runs(emulator) - made} instance(s) created", flush=True)
     _timed("destroy", stack.destroy)
 
 
