@@ -217,6 +217,7 @@ def test_sigkill_during_an_up_then_restart_converges_without_orphans(
     )
     world.wait_until(lambda: world.cloud(uid), "the first instance of the up", timeout=120)
     world.kill()  # SIGKILL to the operator's process group: pulumi and the plugin die too
+    made_before_the_kill = set(world.cloud(uid))
 
     world.start()
     pool = world.wait_ready(ns, "survivor", 4, timeout=300)
@@ -224,6 +225,7 @@ def test_sigkill_during_an_up_then_restart_converges_without_orphans(
     ids = sorted(_instance_ids(pool["status"]))
     assert len(set(ids)) == 4
     assert sorted(world.cloud(uid)) == ids  # no orphan, no duplicate
+    assert made_before_the_kill <= set(ids), "an instance the killed up made was wasted"
     world.wait_until(
         lambda: "Recovered" in world.reasons(ns, "survivor"), "the Recovered event", timeout=30
     )
