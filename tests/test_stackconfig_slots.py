@@ -1,4 +1,4 @@
-"""Instance-type fallbacks: which slot moves to which type, and which fallbacks are kept."""
+"""Per-slot config: instance-type fallbacks and adopted instances, and which of them are kept."""
 
 from spotpool.api.spec import SpotpoolSpec
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
@@ -31,3 +31,13 @@ def test_only_live_slots_within_the_pool_keep_their_fallback() -> None:
     kept = config(3).keeping_fallbacks(previous, live_slots={0, 3})
     assert kept.slot_types == {}  # slot 1 is gone (recreated on the first type), 3 is beyond N
     assert config(3).keeping_fallbacks(previous, live_slots={1}).slot_types == {1: "GN7.5XLARGE80"}
+
+
+def test_an_adopted_instance_keeps_its_type_and_its_slot_while_it_lives() -> None:
+    adopted = config().adopting({1: ("ins-a", "GN7.5XLARGE80"), 2: ("ins-b", "GN7.2XLARGE32")})
+    assert adopted.adopted == {1: "ins-a", 2: "ins-b"}
+    assert adopted.type_of(1) == "GN7.5XLARGE80" and adopted.type_of(2) == "GN7.2XLARGE32"
+    # Next up: slot 1 still holds ins-a; slot 2 was reclaimed and recreated as ins-c.
+    kept = config().keeping_adopted(adopted, live={1: "ins-a", 2: "ins-c"})
+    assert kept.adopted == {1: "ins-a"}
+    assert config(1).keeping_adopted(adopted, live={1: "ins-a"}).adopted == {}  # scaled away
