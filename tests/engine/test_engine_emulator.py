@@ -250,6 +250,21 @@ def test_an_orphan_no_slot_wants_is_terminated_by_up(world: EngineWorld) -> None
     wait_until(lambda: first[2] not in world.cloud_instances(stack), "the orphan's end", 30)
 
 
+def test_an_orphan_in_another_zone_than_its_slot_is_terminated_not_adopted(
+    world: EngineWorld,
+) -> None:
+    stack = world.pool()
+    first = _ids_by_slot(stack.up(world.config(stack, 2)).instances)  # slot 1: ap-singapore-3
+    world.unrecord(stack, 1)
+
+    result = stack.up(world.config(stack, 2, availabilityZones=["ap-singapore-2"]))
+
+    slots = {item.slot: item for item in result.instances}
+    assert slots[0].instance_id == first[0]
+    assert slots[1].instance_id != first[1] and slots[1].zone == "ap-singapore-2"
+    assert any(first[1] in note and "terminated" in note for note in result.recovered)
+
+
 def test_no_spot_stock_falls_back_to_the_next_instance_type(world: EngineWorld) -> None:
     world.emulator.admin_ok(
         "POST",

@@ -31,6 +31,7 @@ class TaggedInstance(BaseModel):
     slot: int | None = Field(description="None when the slot tag is missing or unreadable")
     state: str
     instance_type: str
+    zone: str
 
 
 def pool_instances(client: cvm_client.CvmClient, pool_uid: str) -> list[TaggedInstance]:
@@ -55,6 +56,7 @@ def pool_instances(client: cvm_client.CvmClient, pool_uid: str) -> list[TaggedIn
                 slot=_slot_of(item),
                 state=item.InstanceState,
                 instance_type=item.InstanceType,
+                zone=item.Placement.Zone,
             )
             for item in reply.InstanceSet
         ]

@@ -62,10 +62,10 @@ def settle_orphans(
     pool: "PoolStack", config: "StackConfig | None", owned: Mapping[int, str]
 ) -> Orphans:
     """Find the instances tagged with this pool that its state (`owned`: slot -> id) does not
-    hold. One per free slot of `config`, of one of its instance types, can be adopted (a spot
-    GPU is scarce: keeping it beats asking for another); every other one is terminated. Call
-    it only while holding the stack's lock, so no run of ours is between creating and
-    recording one."""
+    hold. One per free slot of `config`, of one of its instance types and in the slot's zone,
+    can be adopted (a spot GPU is scarce: keeping it beats asking for another); every other
+    one is terminated. Call it only while holding the stack's lock, so no run of ours is
+    between creating and recording one."""
     found = Orphans()
     taken = set(owned.values())
     for item in sorted(cloud.pool_instances(_client(pool), pool.pool.uid),
@@ -80,6 +80,7 @@ def settle_orphans(
             and slot not in owned
             and slot not in found.adoptable
             and item.instance_type in config.instance_types
+            and item.zone == config.zone_of(slot)  # a zone cannot change in place
         ):
             found.adoptable[slot] = (item.instance_id, item.instance_type)
         else:
