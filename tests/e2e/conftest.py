@@ -3,6 +3,7 @@
 import os
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,17 +38,22 @@ class Kube:
         return result.stdout
 
 
-@pytest.fixture(scope="session")
-def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
+@contextmanager
+def local_cluster(directory: Path) -> Iterator[Kube]:
+    """`spotpool cluster up` in `directory`, down again on the way out."""
     require_tool("etcd")
     require_tool("kube-apiserver")
     kubectl = require_tool("kubectl")
-    directory = tmp_path_factory.mktemp("cluster")
     state = up(directory, tie_to_parent=True)
     try:
-        cluster = Kube(state.kubeconfig, kubectl)
+        yield Kube(state.kubeconfig, kubectl)
+    finally:
+        down(directory)
+
+
+@pytest.fixture(scope="session")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
+    with local_cluster(tmp_path_factory.mktemp("cluster")) as cluster:
         cluster.ok("apply", "-f", str(ROOT / CRD_PATH))
         cluster.ok("wait", "--for=condition=Established", "crd/spotpools.devops.jokerbai.com")
         yield cluster
-    finally:
-        down(directory)

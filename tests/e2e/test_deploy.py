@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 
-from spotpool.cluster.local import down, up
 from tests.conftest import require_tool
 from tests.e2e import installs, pod
-from tests.e2e.conftest import Kube
+from tests.e2e.conftest import Kube, local_cluster
 from tests.emulator.harness import SECRET_ID, SECRET_KEY, start_emulator
 from tests.operator.world import pool_manifest
 
@@ -33,15 +32,8 @@ NAMESPACES = ("namespaces", "list watch")  # kopf, when it serves some namespace
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
-    require_tool("etcd")
-    require_tool("kube-apiserver")
-    kubectl = require_tool("kubectl")
-    directory = tmp_path_factory.mktemp("install-cluster")
-    state = up(directory, tie_to_parent=True)
-    try:
-        yield Kube(state.kubeconfig, kubectl)
-    finally:
-        down(directory)
+    with local_cluster(tmp_path_factory.mktemp("install-cluster")) as kube:
+        yield kube
 
 
 def _namespaces(kube: Kube, *names: str) -> None:

@@ -7,7 +7,6 @@ credentials, and never writes: stacks are selected, not created.
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any
 
 from pulumi import automation as auto
@@ -15,18 +14,10 @@ from pydantic import Field
 
 from spotpool.api.spec import Model
 from spotpool.api.stackconfig import PROJECT, StackConfig, split_stack_name
-from spotpool.api.status import Changes
+from spotpool.api.status import Operation
 from spotpool.engine.results import SlotOutput, changes_from_summary
 from spotpool.engine.settings import EngineSettings
 from spotpool.engine.stack import instances_of, pulumi_command
-
-
-class LastOperation(Model):
-    kind: str
-    result: str
-    start_time: datetime
-    end_time: datetime | None = None
-    changes: Changes = Field(default_factory=Changes)
 
 
 class StackView(Model):
@@ -36,8 +27,8 @@ class StackView(Model):
     uid: str | None = None
     config: StackConfig | None = None
     instances: list[SlotOutput] = Field(default_factory=list)
-    last_operation: LastOperation | None = None
-    last_refresh: LastOperation | None = Field(
+    last_operation: Operation | None = None
+    last_refresh: Operation | None = Field(
         None, description="the last refresh: what it changed is the drift it found"
     )
 
@@ -96,8 +87,8 @@ def view(settings: EngineSettings, name: str) -> StackView:
     )
 
 
-def _operation(summary: auto.UpdateSummary) -> LastOperation:
-    return LastOperation(
+def _operation(summary: auto.UpdateSummary) -> Operation:
+    return Operation(
         kind=summary.kind,
         result=summary.result,
         start_time=summary.start_time,

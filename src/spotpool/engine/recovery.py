@@ -48,7 +48,7 @@ class Orphans:
     adoptable: dict[int, tuple[str, str]] = field(default_factory=dict)  # slot -> (id, type)
     terminated: list[str] = field(default_factory=list)
 
-    def notes(self, adopted: str) -> list[str]:
+    def notes(self, adopted: str = "adopted") -> list[str]:
         """`adopted`: what happens to the adoptable ones ("adopted", "adopted by the next up")."""
         notes = [f"terminated {len(self.terminated)} orphaned instance(s): "
                  + ", ".join(self.terminated)] if self.terminated else []  # fmt: skip
@@ -68,7 +68,8 @@ def settle_orphans(
     between creating and recording one."""
     found = Orphans()
     taken = set(owned.values())
-    for item in sorted(cloud.pool_instances(_client(pool), pool.pool.uid),
+    client = _client(pool)
+    for item in sorted(cloud.pool_instances(client, pool.pool.uid),
                        key=lambda item: item.instance_id):  # fmt: skip
         if item.instance_id in taken or item.state in GONE_STATES:
             continue
@@ -86,7 +87,7 @@ def settle_orphans(
         else:
             found.terminated.append(item.instance_id)
     if found.terminated:
-        cloud.terminate(_client(pool), found.terminated)
+        cloud.terminate(client, found.terminated)
     return found
 
 
@@ -99,10 +100,9 @@ def mend_backend_files(pool: "PoolStack") -> list[str]:
     place after the file itself went to a temporary name: a kill in between leaves it empty,
     and Pulumi then cannot even select the stack ("failed to load checkpoint: EOF"). The
     metadata is optional (content type and checksum), so a broken one is removed."""
-    backend = pool.settings.backend_url
-    if not backend.startswith("file://"):
+    root = _file_backend_root(pool)
+    if root is None:
         return []
-    root = Path(backend.removeprefix("file://")) / ".pulumi"
     name = pool.name
     patterns = (f"stacks/**/{name}.json*.attrs", f"locks/**/{name}/*.attrs",
                 f"history/**/{name}/*.attrs")  # fmt: skip
@@ -119,13 +119,21 @@ def mend_backend_files(pool: "PoolStack") -> list[str]:
     return notes
 
 
-def _break_stale_locks(pool: "PoolStack") -> list[str]:
+def _file_backend_root(pool: "PoolStack") -> Path | None:
+    """The `.pulumi` directory of a file backend; None for remote backends, whose files (and
+    locks' owners) cannot be checked from here."""
     backend = pool.settings.backend_url
     if not backend.startswith("file://"):
-        return []  # remote backends: a lock's owner cannot be checked from here
-    lock_root = Path(backend.removeprefix("file://")) / ".pulumi" / "locks"
+        return None
+    return Path(backend.removeprefix("file://")) / ".pulumi"
+
+
+def _break_stale_locks(pool: "PoolStack") -> list[str]:
+    root = _file_backend_root(pool)
+    if root is None:
+        return []
     notes = []
-    for lock_file in lock_root.glob(f"**/{pool.name}/*.json"):
+    for lock_file in (root / "locks").glob(f"**/{pool.name}/*.json"):
         try:
             owner = json.loads(lock_file.read_text())
         except (OSError, ValueError):

@@ -89,7 +89,7 @@ class PoolStack:
             config = _carried_over(config, state, owned)
             orphans = recovery.settle_orphans(self, config, owned)
             config = config.adopting(orphans.adoptable)
-            result.recovered += orphans.notes("adopted")
+            result.recovered += orphans.notes()
             while True:
                 self._set_config(stack, config, login_password)
                 try:
@@ -158,7 +158,7 @@ class PoolStack:
             reply = stack.destroy(on_event=self._printer(), color="never")
             result.changes = changes_from_summary(reply.summary.resource_changes)
             # The state is empty now: any instance still tagged for the pool would leak.
-            result.recovered += recovery.settle_orphans(self, None, {}).notes("")
+            result.recovered += recovery.settle_orphans(self, None, {}).notes()
             if remove_stack:
                 stack.workspace.remove_stack(self.name)
         return result
