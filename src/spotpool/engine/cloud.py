@@ -1,8 +1,15 @@
-"""Direct Tencent Cloud API calls the engine needs beside Pulumi: finding a pool's instances by
-tag (orphans, recovery) and terminating the ones no slot wants."""
+"""Direct Tencent Cloud API calls the engine and the operator make beside Pulumi: finding a
+pool's (or the whole fleet's) instances by tag and terminating the ones no slot wants.
 
+Clients are kept per (key pair, region, endpoint) so their HTTP connections are reused, and
+every call first takes a token from the (SecretId, region, action) bucket (ratelimit.py).
+"""
+
+import hashlib
 import json
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 from tencentcloud.common import credential
@@ -12,10 +19,47 @@ from tencentcloud.cvm.v20170312 import cvm_client, models
 
 from spotpool.api.stackconfig import TAG_POOL_UID, TAG_SLOT
 from spotpool.engine.credentials import Credentials
+from spotpool.engine.ratelimit import BUCKETS
+
+T = TypeVar("T")
+_clients: dict[tuple[str, str, str, str | None], cvm_client.CvmClient] = {}
+_clients_lock = threading.Lock()
+ON_CALL: list[Callable[[str, str], None]] = []  # (action, outcome) observers, e.g. metrics
 
 
 def cvm(credentials: Credentials, region: str, endpoint: str | None) -> cvm_client.CvmClient:
-    """A CVM client for the real cloud, or for `spotpool emulator serve` at `endpoint`."""
+    """A CVM client for the real cloud, or for `spotpool emulator serve` at `endpoint`; the
+    same one again for the same key pair, region and endpoint (its connections are kept)."""
+    secret_id = credentials.secret_id.get_secret_value()
+    digest = hashlib.sha256(credentials.secret_key.get_secret_value().encode()).hexdigest()
+    key = (secret_id, digest, region, endpoint)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = _clients[key] = _new_client(credentials, region, endpoint)
+        return client
+
+
+def limited(client: cvm_client.CvmClient, action: str, request: Any) -> Any:
+    """`client.<action>(request)` after taking a token from its bucket."""
+    BUCKETS.bucket(client.credential.secretId, client.region, action).take()
+    outcome = "error"
+    try:
+        reply = getattr(client, action)(request)
+        outcome = "ok"
+        return reply
+    except Exception as error:
+        if "RequestLimitExceeded" in str(getattr(error, "code", "") or ""):
+            outcome = "throttled"
+        raise
+    finally:
+        for observe in ON_CALL:
+            observe(action, outcome)
+
+
+def _new_client(
+    credentials: Credentials, region: str, endpoint: str | None
+) -> cvm_client.CvmClient:
     profile = ClientProfile()
     if endpoint:
         scheme, _, host = endpoint.partition("://")
@@ -34,29 +78,37 @@ class TaggedInstance(BaseModel):
     zone: str
 
 
+class FleetInstance(TaggedInstance):
+    pool_uid: str
+
+
 def pool_instances(client: cvm_client.CvmClient, pool_uid: str) -> list[TaggedInstance]:
     """Every instance the cloud still lists with this pool's uid tag."""
-    found: list[TaggedInstance] = []
+    return list(_tagged(client, {"Name": f"tag:{TAG_POOL_UID}", "Values": [pool_uid]}))
+
+
+def fleet_instances(client: cvm_client.CvmClient) -> list[FleetInstance]:
+    """Every instance of every pool on this key pair and region: one call per 100."""
+    return list(_tagged(client, {"Name": "tag-key", "Values": [TAG_POOL_UID]}))
+
+
+def _tagged(client: cvm_client.CvmClient, tag_filter: dict[str, Any]) -> list[FleetInstance]:
+    found: list[FleetInstance] = []
     offset = 0
     while True:
         request = models.DescribeInstancesRequest()
         request.from_json_string(
-            json.dumps(
-                {
-                    "Filters": [{"Name": f"tag:{TAG_POOL_UID}", "Values": [pool_uid]}],
-                    "Offset": offset,
-                    "Limit": 100,
-                }
-            )
+            json.dumps({"Filters": [tag_filter], "Offset": offset, "Limit": 100})
         )
-        reply = client.DescribeInstances(request)
+        reply = limited(client, "DescribeInstances", request)
         found += [
-            TaggedInstance(
+            FleetInstance(
                 instance_id=item.InstanceId,
                 slot=_slot_of(item),
                 state=item.InstanceState,
                 instance_type=item.InstanceType,
                 zone=item.Placement.Zone,
+                pool_uid=_tag(item, TAG_POOL_UID) or "",
             )
             for item in reply.InstanceSet
         ]
@@ -65,15 +117,20 @@ def pool_instances(client: cvm_client.CvmClient, pool_uid: str) -> list[TaggedIn
             return found
 
 
-def _slot_of(instance: Any) -> int | None:
+def _tag(instance: Any, key: str) -> str | None:
     for tag in instance.Tags or []:
-        if tag.Key == TAG_SLOT and tag.Value.isdigit():
-            return int(tag.Value)
+        if tag.Key == key:
+            return str(tag.Value)
     return None
+
+
+def _slot_of(instance: Any) -> int | None:
+    value = _tag(instance, TAG_SLOT)
+    return int(value) if value is not None and value.isdigit() else None
 
 
 def terminate(client: cvm_client.CvmClient, instance_ids: list[str]) -> None:
     for start in range(0, len(instance_ids), 100):  # the API takes at most 100 ids a call
         request = models.TerminateInstancesRequest()
         request.InstanceIds = instance_ids[start : start + 100]
-        client.TerminateInstances(request)
+        limited(client, "TerminateInstances", request)

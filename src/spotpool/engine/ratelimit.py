@@ -1,0 +1,94 @@
+"""Token buckets at Tencent Cloud's published API rate limits, one per (SecretId, region,
+action), shared by every call this process makes, so that no burst of ours is answered with
+`RequestLimitExceeded` (the limit is counted per API, region, sub-account)."""
+
+import threading
+import time
+from collections.abc import Callable
+
+from pydantic import BaseModel, Field
+
+# Calls per second per API, region, sub-account (product docs 213/568).
+DEFAULT_RATES = {"DescribeInstances": 40.0, "RunInstances": 10.0, "TerminateInstances": 10.0}
+OTHER_ACTIONS_RATE = 20.0
+
+
+class RateLimits(BaseModel):
+    """Rates the buckets allow, in calls per second; `share` scales them all (a second
+    install on the same account may take the rest)."""
+
+    rates: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_RATES))
+    other: float = OTHER_ACTIONS_RATE
+    share: float = Field(1.0, gt=0, le=1)
+
+    def rate_of(self, action: str) -> float:
+        return self.rates.get(action, self.other) * self.share
+
+
+class TokenBucket:
+    """`rate` tokens a second, at most `burst` saved up. Thread-safe; `take` blocks."""
+
+    def __init__(
+        self, rate: float, burst: float | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.rate = rate
+        self.burst = burst if burst is not None else max(1.0, rate)
+        self._clock = clock
+        self._tokens = self.burst
+        self._stamp = clock()
+        self._lock = threading.Lock()
+        self.waited = 0.0  # seconds callers spent waiting, in all
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
+        self._stamp = now
+
+    def reserve(self) -> float:
+        """Take one token now (going into debt if needed); returns how long to wait first."""
+        with self._lock:
+            self._refill()
+            self._tokens -= 1.0
+            wait = 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+            self.waited += wait
+            return wait
+
+    def take(self) -> None:
+        wait = self.reserve()
+        if wait > 0:
+            time.sleep(wait)
+
+    def fill(self) -> float:
+        """Share of the burst available now, 0..1 (for metrics)."""
+        with self._lock:
+            self._refill()
+            return max(0.0, self._tokens) / self.burst
+
+
+class Buckets:
+    """The process's buckets, made on first use."""
+
+    def __init__(self, limits: RateLimits | None = None) -> None:
+        self.limits = limits or RateLimits()
+        self._buckets: dict[tuple[str, str, str], TokenBucket] = {}
+        self._lock = threading.Lock()
+
+    def configure(self, limits: RateLimits) -> None:
+        with self._lock:
+            self.limits = limits
+            self._buckets.clear()
+
+    def bucket(self, secret_id: str, region: str, action: str) -> TokenBucket:
+        key = (secret_id, region, action)
+        with self._lock:
+            found = self._buckets.get(key)
+            if found is None:
+                found = self._buckets[key] = TokenBucket(self.limits.rate_of(action))
+            return found
+
+    def all(self) -> dict[tuple[str, str, str], TokenBucket]:
+        with self._lock:
+            return dict(self._buckets)
+
+
+BUCKETS = Buckets()
