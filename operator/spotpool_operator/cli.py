@@ -8,6 +8,7 @@ import typer
 from pydantic import SecretStr, ValidationError
 
 from spotpool.api.spec import parse_duration
+from spotpool.engine.ratelimit import RateLimits
 
 app = typer.Typer(help="The Spotpool operator (kopf).", no_args_is_help=True)
 
@@ -43,6 +44,23 @@ def _passphrase(passphrase_file: Path | None) -> SecretStr:
             param_hint="--passphrase-file",
         )
     return SecretStr(from_env)
+
+
+def _rate_limits(pairs: list[str]) -> RateLimits:
+    limits = RateLimits()
+    for pair in (part.strip() for item in pairs for part in item.split(",") if part.strip()):
+        action, sep, rate = pair.partition("=")
+        try:
+            value = float(rate)
+        except ValueError:
+            value = -1.0
+        if not sep or not action or value <= 0:
+            raise typer.BadParameter(
+                f"{pair!r}: give ACTION=CALLS_PER_SECOND, e.g. RunInstances=10",
+                param_hint="--api-limit",
+            )
+        limits.rates[action.strip()] = value
+    return limits
 
 
 @app.command()
@@ -96,6 +114,21 @@ def run(
         help="Each refresh first asks the cloud (one call) whether every instance is alive, "
         "and runs a Pulumi refresh only when one is missing, or every N-th time (0: never).",
     ),
+    probe_budget: float = typer.Option(
+        1.0,
+        "--probe-budget",
+        min=0.0,
+        envvar="SPOTPOOL_PROBE_BUDGET",
+        help="DescribeInstances calls a second the fleet probe may spend (per key pair and "
+        "region, of Tencent's 40/s); it sweeps every max(1 s, pages / budget). 0 turns it off.",
+    ),
+    api_limit: list[str] = typer.Option(
+        [],
+        "--api-limit",
+        envvar="SPOTPOOL_API_LIMITS",
+        help="ACTION=CALLS_PER_SECOND for the token buckets (repeat; defaults: "
+        "DescribeInstances=40, RunInstances=10, TerminateInstances=10, others 20).",
+    ),
     passphrase_file: Path | None = typer.Option(
         None,
         "--passphrase-file",
@@ -136,6 +169,7 @@ def run(
     import kopf
 
     from spotpool.engine.settings import EngineSettings, state_root
+    from spotpool_operator.fleet import ProbeSettings
     from spotpool_operator.runner import run as run_operator
     from spotpool_operator.settings import OperatorSettings
 
@@ -163,6 +197,8 @@ def run(
             max_concurrent=max_concurrent,
             refresh_interval=interval,
             full_refresh_every=full_refresh_every,
+            probe=ProbeSettings(budget=probe_budget),
+            rate_limits=_rate_limits(api_limit),
             metrics_host=metrics_host,
             metrics_port=metrics_port,
             liveness_port=liveness_port,

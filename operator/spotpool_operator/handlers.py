@@ -5,6 +5,8 @@
 - delete → the finalizer runs `delete` (destroy, or forget with deletionPolicy Retain).
 """
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -54,16 +56,22 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
     async def watch_reclaims(
         body: Mapping[str, Any], stopped: kopf.DaemonStopped, logger: Logger, **_: Any
     ) -> None:
-        """Refresh every refreshInterval after the pool's last operation; back off on failure."""
+        """Replace what the fleet probe saw go at once; refresh every refreshInterval after the
+        pool's last operation; back off on failure."""
         failures, not_before = 0, 0.0
         while not stopped:
             ref = PoolRef.from_body(body, logger)  # the daemon's body is kept up to date
-            wait = max(reconciler.refresh_due_in(ref), not_before - time.monotonic())
-            if wait > 0:
-                await stopped.wait(wait)
+            pool = reconciler.pool(ref)
+            backing_off = not_before - time.monotonic()
+            wait = max(reconciler.refresh_due_in(ref), backing_off)
+            if not (pool.gone_slots and backing_off <= 0) and wait > 0:
+                await _sleep(stopped, pool.wake, wait)
                 continue  # re-read: an operation may have moved the due time meanwhile
             try:
-                await reconciler.check_reclaims(ref)
+                if pool.gone_slots:
+                    await reconciler.replace_gone(ref)
+                else:
+                    await reconciler.check_reclaims(ref)
                 failures, not_before = 0, 0.0
             except Exception as error:  # a daemon that dies stops watching: back off instead
                 if not isinstance(error, PoolProblem):
@@ -71,14 +79,34 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
                 failures += 1
                 not_before = time.monotonic() + settings.backoff(failures - 1)
 
+    @kopf.on.startup(registry=registry)
+    async def start_probe(memo: kopf.Memo, **_: Any) -> None:
+        if reconciler.probe is not None:
+            memo["probe"] = asyncio.create_task(reconciler.probe.run(), name="fleet-probe")
+
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         """The same configuration as kube.py's client: service account, else KUBECONFIG."""
         return kopf.login_via_client(**kwargs)
 
     @kopf.on.cleanup(registry=registry)
-    async def close(**_: Any) -> None:
+    async def close(memo: kopf.Memo, **_: Any) -> None:
+        task = memo.get("probe")
+        if isinstance(task, asyncio.Task):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         reconciler.close()
+
+
+async def _sleep(stopped: kopf.DaemonStopped, wake: asyncio.Event, seconds: float) -> None:
+    """Sleep until `seconds` pass, the daemon is stopped, or the pool is woken."""
+    waiters = [asyncio.ensure_future(stopped.wait()), asyncio.ensure_future(wake.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 def configure(settings: kopf.OperatorSettings) -> None:

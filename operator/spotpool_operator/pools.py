@@ -78,3 +78,5 @@ class PoolState:
     inline_warned: int | None = None  # generation the inline-credentials Warning was posted for
     last_activity: float = field(default_factory=time.monotonic)
     checks: int = 0  # reclaim checks made (every so many is a full refresh)
+    gone_slots: set[int] = field(default_factory=set)  # the fleet probe saw these go
+    wake: asyncio.Event = field(default_factory=asyncio.Event)  # set when gone_slots grows

@@ -26,6 +26,7 @@ from spotpool_operator import status as render
 from spotpool_operator.credentials import INLINE_WARNING, login_password, resolve
 from spotpool_operator.events import Events
 from spotpool_operator.failures import PoolProblem, classify
+from spotpool_operator.fleet import FleetProbe
 from spotpool_operator.kube import Cluster
 from spotpool_operator.metrics import Metrics
 from spotpool_operator.pools import PoolRef, PoolState
@@ -40,6 +41,10 @@ class PoolEngine(Protocol):
     def up(self, config: StackConfig, login_password: str | None = None) -> OperationResult: ...
 
     def refresh(self) -> OperationResult: ...
+
+    def replace_slots(
+        self, config: StackConfig, slots: list[int], login_password: str | None = None
+    ) -> OperationResult: ...
 
     def destroy(self, remove_stack: bool = True) -> OperationResult: ...
 
@@ -68,6 +73,7 @@ class Reconciler:
         engine_factory: EngineFactory,
         cloud_lookup: CloudLookup | None = None,
         clock: Callable[[], datetime] = _now,
+        probe: FleetProbe | None = None,
     ) -> None:
         self.settings = settings
         self.cluster = cluster
@@ -76,6 +82,7 @@ class Reconciler:
         self.engine_factory = engine_factory
         self.cloud_lookup = cloud_lookup
         self.clock = clock
+        self.probe = probe
         self.pools: dict[str, PoolState] = {}
         self._slots = asyncio.Semaphore(settings.max_concurrent)
         self._executor = ThreadPoolExecutor(
@@ -96,6 +103,8 @@ class Reconciler:
 
     def forget(self, ref: PoolRef) -> None:
         self.pools.pop(ref.uid, None)
+        if self.probe is not None:
+            self.probe.unwatch(ref.uid)
         self.metrics.forget_pool(ref.namespace, ref.name)
 
     def refresh_interval(self, ref: PoolRef) -> float:
@@ -141,6 +150,52 @@ class Reconciler:
             result = await self._up(pool, ref, spec, config, "Converging", "running up")
             pool.covered = max(pool.covered, started_at)
             return result
+
+    # --- the fleet probe: reclaims seen as they happen ----------------------------------------
+
+    def _watch(self, ref: PoolRef, pool: PoolState, credentials: Credentials, region: str) -> None:
+        """Have the fleet probe watch the instances the pool's status now lists."""
+        if self.probe is None:
+            return
+        expected = {i.slot: i.instance_id for i in pool.status.instances if i.slot is not None}
+
+        def gone(slots: set[int]) -> None:
+            pool.gone_slots |= slots
+            pool.wake.set()
+
+        self.probe.watch(ref.uid, credentials, region, expected, gone)
+
+    async def replace_gone(self, ref: PoolRef) -> None:
+        """The probe saw instances gone: say so and replace exactly those slots in one engine
+        run (no full refresh, no full up)."""
+        pool = self.pool(ref)
+        async with pool.lock:
+            gone, pool.gone_slots = pool.gone_slots, set()
+            pool.wake.clear()
+            spec = await self._spec(pool, ref, "up", quiet=True)
+            if not gone or spec.paused:
+                return
+            seen_at = time.monotonic()
+            before = {i.slot: i.instance_id for i in pool.status.instances}
+            gone = {slot for slot in gone if slot in before}
+            if not gone:
+                return
+            names = ", ".join(f"slot {s} ({before[s]})" for s in sorted(gone))
+            self.metrics.reclaims.labels(ref.namespace, ref.name).inc(len(gone))
+            self.events.post(
+                ref.event_ref(),
+                "Warning",
+                "Reclaimed",
+                f"the cloud reclaimed {len(gone)} instance(s): {names}; replacing",
+            )
+            ref.logger.warning("reclaimed: %s", names)
+            pool.status = render.reclaimed(pool.status, gone, self.clock())
+            pool.replace_pending, pool.reclaimed_at = True, seen_at
+            config = StackConfig.from_spec(ref.identity, spec)
+            if config != pool.applied:
+                await self._replace(pool, ref, spec)  # the spec moved too: a full up
+                return
+            await self._replace(pool, ref, spec, slots=sorted(gone))
 
     # --- the timer: reclaims ----------------------------------------------------------------
 
@@ -231,10 +286,14 @@ class Reconciler:
             pool.status = status  # only lastOperation moved: not worth a write per interval
         pool.last_activity = time.monotonic()
 
-    async def _replace(self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec) -> None:
+    async def _replace(
+        self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec, slots: list[int] | None = None
+    ) -> None:
         before = {i.slot: i.instance_id for i in pool.status.instances}
         config = StackConfig.from_spec(ref.identity, spec)
-        result = await self._up(pool, ref, spec, config, "Replacing", "replacing reclaimed slots")
+        result = await self._up(
+            pool, ref, spec, config, "Replacing", "replacing reclaimed slots", slots=slots
+        )
         new = [i for i in result.instances if before.get(i.slot) != i.instance_id]
         if new:
             self.events.post(
@@ -324,7 +383,9 @@ class Reconciler:
         config: StackConfig,
         reason: str,
         message: str,
+        slots: list[int] | None = None,
     ) -> OperationResult:
+        """`up`, or with `slots` the targeted replacement of just those slots."""
         started = self.clock()
         status = self._with_identity(pool.status, ref, spec)
         pool.status = status
@@ -338,7 +399,12 @@ class Reconciler:
             pool.inline_warned = ref.generation
         engine = self._engine(ref, credentials, spec.region)
         try:
-            result = await self._engine_call("up", engine.up, config, password)
+            if slots:
+                result = await self._engine_call(
+                    "up", engine.replace_slots, config, slots, password
+                )
+            else:
+                result = await self._engine_call("up", engine.up, config, password)
         except Exception as error:
             pool.applied = None  # a failed up may have changed part of the pool: redo any spec
             problem = classify(error)
@@ -349,6 +415,7 @@ class Reconciler:
         previous = pool.status
         status = render.converged(pool.status, result, ref.generation, started, self.clock())
         await self._write(pool, ref, status)
+        self._watch(ref, pool, credentials, spec.region)
         if result.recovered:
             ref.logger.warning("recovered: %s", "; ".join(result.recovered))
             self.events.post(

@@ -4,10 +4,14 @@ import logging
 
 import kopf
 
+from spotpool.engine import cloud
+from spotpool.engine.credentials import Credentials
+from spotpool.engine.ratelimit import BUCKETS
 from spotpool.engine.stack import PoolStack
 from spotpool_operator import handlers
 from spotpool_operator.cloudcheck import cloud_lookup
 from spotpool_operator.events import KopfEvents
+from spotpool_operator.fleet import FleetProbe
 from spotpool_operator.kube import KubeCluster
 from spotpool_operator.metrics import Metrics
 from spotpool_operator.reconciler import Reconciler
@@ -19,6 +23,13 @@ log = logging.getLogger("spotpool_operator")
 def run(settings: OperatorSettings) -> None:
     """Serve Spotpools until SIGINT/SIGTERM. Blocks."""
     metrics = Metrics()
+    BUCKETS.configure(settings.rate_limits)
+    endpoint = settings.engine.cloud_endpoint
+
+    def fleet(credentials: Credentials, region: str) -> list[cloud.FleetInstance]:
+        return cloud.fleet_instances(cloud.cvm(credentials, region, endpoint))
+
+    probe = FleetProbe(fleet, settings.probe) if settings.probe.budget > 0 else None
     if settings.metrics_port:
         metrics.serve(settings.metrics_host, settings.metrics_port)
     reconciler = Reconciler(
@@ -30,6 +41,7 @@ def run(settings: OperatorSettings) -> None:
             pool, settings.engine, credentials, region, progress
         ),
         cloud_lookup=cloud_lookup(settings.engine.cloud_endpoint),
+        probe=probe,
     )
     registry = kopf.OperatorRegistry()
     handlers.register(registry, reconciler)

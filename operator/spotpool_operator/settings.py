@@ -2,7 +2,9 @@
 
 from pydantic import BaseModel, Field
 
+from spotpool.engine.ratelimit import RateLimits
 from spotpool.engine.settings import EngineSettings
+from spotpool_operator.fleet import ProbeSettings
 
 
 class OperatorSettings(BaseModel):
@@ -20,6 +22,13 @@ class OperatorSettings(BaseModel):
         ge=0,
         description="Every N-th reclaim check runs a full Pulumi refresh even when a quick "
         "look at the cloud finds every instance alive (0: only when something is missing).",
+    )
+    probe: ProbeSettings = Field(
+        default_factory=ProbeSettings,
+        description="The fleet probe's API budget (budget 0 turns it off).",
+    )
+    rate_limits: RateLimits = Field(
+        default_factory=RateLimits, description="Tencent Cloud API calls a second per action."
     )
     backoff_base: float = Field(10.0, gt=0, description="First retry delay after a failure.")
     backoff_max: float = Field(300.0, gt=0, description="Longest retry delay after failures.")

@@ -184,10 +184,27 @@ def refreshed(
     status = _operation(status, str(result.kind), "succeeded", started, now, changes=result.changes)
     if not gone:
         return status
+    return _counted_reclaims(status, len(gone), now)
+
+
+def reclaimed(status: SpotpoolStatus, gone_slots: set[int], now: datetime) -> SpotpoolStatus:
+    """The fleet probe saw the cloud take these slots' instances: they leave the status."""
+    left = [i for i in status.instances if i.slot not in gone_slots]
+    status = status.model_copy(
+        update={
+            "instances": left,
+            "size": len(left),
+            "ready_replicas": sum(1 for i in left if i.state == RUNNING),
+        }
+    )
+    return _counted_reclaims(status, len(gone_slots), now)
+
+
+def _counted_reclaims(status: SpotpoolStatus, count: int, now: datetime) -> SpotpoolStatus:
     generation = status.observed_generation
     message = f"{status.ready_replicas} of {status.replicas} instances running: replacing"
     status = with_condition(status, READY, False, "Reclaimed", message, generation, now)
-    reclaims = Reclaims(total=status.reclaims.total + len(gone), last_time=now)
+    reclaims = Reclaims(total=status.reclaims.total + count, last_time=now)
     return status.model_copy(update={"reclaims": reclaims, "phase": Phase.CONVERGING})
 
 

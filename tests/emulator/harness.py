@@ -183,7 +183,11 @@ def stop_orphaned_plugins(endpoint: str) -> list[int]:
 
 
 def start_emulator(
-    state: Path, log: Path, boot_seconds: float = 1.0, reclaim_rate: float = 0.0
+    state: Path,
+    log: Path,
+    boot_seconds: float = 1.0,
+    reclaim_rate: float = 0.0,
+    reclaim_notice_seconds: float = 0.0,
 ) -> EmulatorProcess:
     """Start `spotpool emulator serve` on a free loopback port and wait until it is healthy."""
     port = free_port()
@@ -207,6 +211,8 @@ def start_emulator(
                 str(boot_seconds),
                 "--reclaim-rate",
                 str(reclaim_rate),
+                "--reclaim-notice-seconds",
+                str(reclaim_notice_seconds),
             ],
             stdin=subprocess.DEVNULL,
             stdout=log_file,

@@ -97,6 +97,15 @@ class FakeEngine:
             with self.cloud.lock:
                 self.cloud.running -= 1
 
+    def replace_slots(
+        self, config: StackConfig, slots: list[int], login_password: str | None = None
+    ) -> OperationResult:
+        """Like the real one: the gone slots leave the state, then an up fills them."""
+        self.cloud.calls.append(("replace_slots", self.name))
+        for slot in slots:
+            self.known.pop(slot, None)
+        return self.up(config, login_password)
+
     def refresh(self) -> OperationResult:
         self.cloud.calls.append(("refresh", self.name))
         result = OperationResult(kind=OperationKind.REFRESH, stack=self.name, seconds=0.1)

@@ -1,0 +1,268 @@
+"""Benchmark: Spotpool against the article's naive loop, replacing reclaimed spot instances.
+
+Both keep a pool of `--size` spot instances on ONE emulator (boot delay `--boot` s), at the same
+interval (`--interval`): Spotpool as `spotpool operator run` on a local kube-apiserver with the
+pool's `refreshInterval` set to it; the article's controller as the loop it describes — every
+interval, list the instances by tag and call RunInstances for the shortfall (official SDK).
+Each round waits a random part of the interval (a random phase), then reclaims one instance of
+each pool at the same moment; the clock runs from the reclaim until the pool again has `--size`
+RUNNING instances in the cloud. Prints p50/p95 for both and the ratio, and writes a PNG of the
+two latency distributions (CDF) beside the numbers.
+
+With `--notice S` the emulator announces each reclaim S seconds ahead (the termination notice)
+and the bench prints the capacity gap too: how long each pool had fewer RUNNING instances than
+its size.
+
+    .venv/bin/python bench/reclaim_side_by_side.py [--rounds 12] [--interval 10] [--size 2]
+        [--boot 1] [--png docs/reclaim-side-by-side.png]
+"""
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pydantic import SecretStr  # noqa: E402
+from tencentcloud.cvm.v20170312 import models  # noqa: E402
+
+from spotpool.cluster.local import down, up  # noqa: E402
+from spotpool.engine import cloud  # noqa: E402
+from spotpool.engine.credentials import Credentials  # noqa: E402
+from spotpool.toolchain.install import status as tool_status  # noqa: E402
+from spotpool.toolchain.manifest import TOOLS_BY_NAME  # noqa: E402
+from tests.e2e.conftest import Kube  # noqa: E402
+from tests.emulator.harness import (  # noqa: E402
+    SECRET_ID,
+    SECRET_KEY,
+    EmulatorProcess,
+    start_emulator,
+)
+from tests.operator.world import OperatorWorld, pool_manifest  # noqa: E402
+
+CRD = ROOT / "crds" / "devops.jokerbai.com_spotpools.yaml"
+REGION, ZONE, TYPE, IMAGE = "ap-singapore", "ap-singapore-2", "GN7.2XLARGE32", "img-eb30mz89"
+LOOP_TAG = "article-pool"
+
+
+class ArticleLoop:
+    """The article's controller: every interval, count the pool's live instances by tag and
+    RunInstances for the shortfall. Nothing else: no state, no refresh, no engine."""
+
+    def __init__(self, emulator: EmulatorProcess, size: int, interval: float) -> None:
+        keys = Credentials(secret_id=SecretStr(SECRET_ID), secret_key=SecretStr(SECRET_KEY))
+        self.client = cloud.cvm(keys, REGION, emulator.endpoint)
+        self.size, self.interval = size, interval
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True, name="article-loop")
+
+    def _live(self) -> int:
+        request = models.DescribeInstancesRequest()
+        request.from_json_string(
+            json.dumps({"Filters": [{"Name": "tag-key", "Values": [LOOP_TAG]}], "Limit": 100})
+        )
+        reply = self.client.DescribeInstances(request)
+        gone = {"TERMINATING", "SHUTDOWN", "LAUNCH_FAILED"}
+        return sum(1 for item in reply.InstanceSet if item.InstanceState not in gone)
+
+    def _run_instances(self, count: int) -> None:
+        request = models.RunInstancesRequest()
+        request.from_json_string(
+            json.dumps(
+                {
+                    "InstanceChargeType": "SPOTPAID",
+                    "InstanceMarketOptions": {
+                        "MarketType": "spot",
+                        "SpotOptions": {"MaxPrice": "1000", "SpotInstanceType": "one-time"},
+                    },
+                    "Placement": {"Zone": ZONE},
+                    "InstanceType": TYPE,
+                    "ImageId": IMAGE,
+                    "InstanceCount": count,
+                    "TagSpecification": [
+                        {
+                            "ResourceType": "instance",
+                            "Tags": [{"Key": LOOP_TAG, "Value": "loop"}],
+                        }
+                    ],
+                }
+            )
+        )
+        self.client.RunInstances(request)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                missing = self.size - self._live()
+                if missing > 0:
+                    self._run_instances(missing)
+            except Exception as error:  # the loop in the article just logs and goes on
+                print(f"  article loop: {error}", file=sys.stderr)
+            self.stop.wait(self.interval)
+
+
+def running(emulator: EmulatorProcess, tag: tuple[str, str]) -> set[str]:
+    return {
+        i["InstanceId"]
+        for i in emulator.all_instances()
+        if not i.get("Gone")
+        and i["InstanceState"] == "RUNNING"
+        and {"Key": tag[0], "Value": tag[1]} in (i.get("Tags") or [])
+    }
+
+
+def one_round(
+    emulator: EmulatorProcess, size: int, tags: dict[str, tuple[str, str]], timeout: float
+) -> dict[str, tuple[float, float]]:
+    """Reclaim one instance of each pool at once; per pool: (seconds until `size` RUNNING
+    again, seconds with fewer than `size` RUNNING)."""
+    victims = {name: sorted(running(emulator, tag))[0] for name, tag in tags.items()}
+    emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": list(victims.values())})
+    start = time.monotonic()
+    done: dict[str, float] = {}
+    gap = dict.fromkeys(tags, 0.0)
+    last = start
+    while len(done) < len(tags):
+        if time.monotonic() - start > timeout:
+            raise TimeoutError(
+                f"no replacement within {timeout} s: {sorted(set(tags) - set(done))}"
+            )
+        time.sleep(0.1)
+        now = time.monotonic()
+        for name, tag in tags.items():
+            if name in done:
+                continue
+            live = running(emulator, tag)
+            if len(live - {victims[name]}) < size:
+                gap[name] += now - last
+            if victims[name] not in live and len(live) >= size:
+                done[name] = now - start
+        last = now
+    return {name: (done[name], gap[name]) for name in tags}
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def plot(samples: dict[str, list[float]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4), dpi=110)
+    for name, values in samples.items():
+        ordered = sorted(values)
+        shares = [(n + 1) / len(ordered) for n in range(len(ordered))]
+        axes.step(
+            ordered, shares, where="post", label=f"{name} (p50 {statistics.median(ordered):.1f} s)"
+        )
+    axes.set_xlabel("reclaim → replacement RUNNING (s)")
+    axes.set_ylabel("share of reclaims")
+    axes.set_ylim(0, 1.02)
+    axes.set_xlim(left=0)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="lower right")
+    axes.set_title(title, fontsize=9)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--interval", type=float, default=10)
+    parser.add_argument("--size", type=int, default=2)
+    parser.add_argument("--boot", type=float, default=1.0)
+    parser.add_argument("--notice", type=float, default=0.0, help="termination notice, s")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--png", type=Path, default=ROOT / "docs" / "reclaim-side-by-side.png")
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores")
+    kubectl = tool_status(TOOLS_BY_NAME["kubectl"]).path
+    with tempfile.TemporaryDirectory(prefix="spotpool-bench-") as tmp:
+        work = Path(tmp)
+        state = up(work / "cluster", tie_to_parent=True)
+        emulator = start_emulator(
+            work / "cloud.db", work / "emulator.log", boot_seconds=args.boot,
+            reclaim_notice_seconds=args.notice,
+        )  # fmt: skip
+        kube = Kube(state.kubeconfig, kubectl)
+        kube.ok("apply", "-f", str(CRD))
+        kube.ok("wait", "--for=condition=Established", "crd/spotpools.devops.jokerbai.com")
+        (work / "backend").mkdir()
+        world = OperatorWorld(kube, emulator, work, refresh_seconds=int(args.interval))
+        loop = ArticleLoop(emulator, args.size, args.interval)
+        try:
+            world.start()
+            namespace = world.namespace()
+            every = f"{int(args.interval)}s"
+            world.apply(
+                namespace, pool_manifest("bench", replicas=args.size, refreshInterval=every)
+            )
+            pool = world.wait_ready(namespace, "bench", args.size)
+            tags = {
+                "spotpool": ("spotpool-pool-uid", str(pool["metadata"]["uid"])),
+                "article loop": (LOOP_TAG, "loop"),
+            }
+            loop.thread.start()
+            world.wait_until(
+                lambda: len(running(emulator, tags["article loop"])) >= args.size, "the loop", 60
+            )
+            latency: dict[str, list[float]] = {name: [] for name in tags}
+            gaps: dict[str, list[float]] = {name: [] for name in tags}
+            for n in range(args.rounds):
+                time.sleep(rng.uniform(0, args.interval))  # a random phase of both intervals
+                found = one_round(emulator, args.size, tags, timeout=120 + args.notice)
+                for name, (seconds, gap) in found.items():
+                    latency[name].append(seconds)
+                    gaps[name].append(gap)
+                print(
+                    f"  round {n + 1:2d}: "
+                    + ", ".join(f"{k} {v[0]:5.1f} s (gap {v[1]:4.1f} s)" for k, v in found.items()),
+                    flush=True,
+                )
+        finally:
+            loop.stop.set()
+            world.stop()
+            emulator.stop()
+            down(work / "cluster")
+    ours, theirs = latency["spotpool"], latency["article loop"]
+    print(
+        f"interval {args.interval:g} s, size {args.size}, boot {args.boot:g} s, "
+        f"notice {args.notice:g} s, {args.rounds} reclaims at random phases:"
+    )
+    for name in latency:
+        print(
+            f"  {name:12s} reclaim → RUNNING p50 {statistics.median(latency[name]):5.1f} s, "
+            f"p95 {percentile(latency[name], 0.95):5.1f} s; capacity gap "
+            f"p50 {statistics.median(gaps[name]):4.1f} s, p95 {percentile(gaps[name], 0.95):4.1f} s"
+        )
+    print(
+        f"  ratio spotpool/loop: p50 {statistics.median(ours) / statistics.median(theirs):.2f}, "
+        f"p95 {percentile(ours, 0.95) / percentile(theirs, 0.95):.2f}"
+    )
+    title = (
+        f"{args.rounds} reclaims, pool of {args.size}, interval {args.interval:g} s, "
+        f"boot {args.boot:g} s, notice {args.notice:g} s; {os.cpu_count()} cores"
+    )
+    plot(latency, args.png, title)
+    print(f"  plot: {args.png}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
