@@ -52,6 +52,8 @@ class PoolEngine(Protocol):
 
     def state_instance_ids(self) -> dict[int, str]: ...
 
+    def applied_config(self) -> StackConfig | None: ...
+
 
 EngineFactory = Callable[[PoolIdentity, Credentials, str, Callable[[str], None]], PoolEngine]
 # Ids of the pool's live instances, straight from the cloud API (one cheap call, no Pulumi).
@@ -143,13 +145,44 @@ class Reconciler:
                 pool.covered = max(pool.covered, started_at)
                 return None
             config = StackConfig.from_spec(ref.identity, spec)
+            if pool.applied is None and not pool.converged_once:
+                await self._adopt_applied(pool, ref, spec, config)
             if config == pool.applied and not pool.replace_pending:
                 ref.logger.info("spec already applied; nothing to do")
+                status = render.observed(
+                    self._with_identity(pool.status, ref, spec),
+                    spec.desired_count(),
+                    ref.generation,
+                    self.clock(),
+                )
+                if status != pool.status:
+                    await self._write(pool, ref, status)
                 pool.covered = max(pool.covered, started_at)
                 return None
             result = await self._up(pool, ref, spec, config, "Converging", "running up")
             pool.covered = max(pool.covered, started_at)
             return result
+
+    async def _adopt_applied(
+        self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec, config: StackConfig
+    ) -> None:
+        """After a restart: when the stack's last up applied exactly this spec, take it as
+        applied (no `up` to run) and start watching the pool's instances at once."""
+        if not pool.status.instances:
+            return  # nothing was ever applied here, or the status was lost: run the up
+        try:
+            credentials = await asyncio.to_thread(resolve, self.cluster, ref.namespace, spec)
+            engine = self._engine(ref, credentials, spec.region)
+            applied = await self._engine_call("resume", engine.applied_config, record=False)
+        except Exception as error:  # the up that follows says what is wrong
+            ref.logger.info("could not read the stack's last config: %s", type(error).__name__)
+            return
+        if applied != config or not pool.status.instances:
+            return
+        ref.logger.info("the stack already applied this spec: no up on resume")
+        pool.applied, pool.credentials, pool.converged_once = applied, credentials, True
+        pool.last_activity = time.monotonic()
+        self._watch(ref, pool, credentials, spec.region)
 
     # --- the fleet probe: reclaims seen as they happen ----------------------------------------
 

@@ -235,6 +235,31 @@ def paused(status: SpotpoolStatus, generation: int | None, now: datetime) -> Spo
     return status.model_copy(update={"phase": Phase.PAUSED, "observed_generation": generation})
 
 
+def observed(
+    status: SpotpoolStatus, replicas: int, generation: int | None, now: datetime
+) -> SpotpoolStatus:
+    """A spec change that needs no engine run (unpause with nothing to change, deletionPolicy,
+    refreshInterval, labels): the status says it saw the generation, and a pool that was
+    Paused or Degraded by the previous spec shows what it is now."""
+    status = status.model_copy(update={"replicas": replicas})
+    if status.phase in (Phase.PAUSED, Phase.READY, Phase.CONVERGING, None):
+        ready, desired = status.ready_replicas, status.replicas
+        if ready >= desired:
+            reason, message, phase = (
+                "Converged",
+                f"{ready} of {desired} instances running",
+                Phase.READY,
+            )
+        else:
+            reason = "InstancesNotRunning"
+            message = f"{ready} of {desired} instances running; the rest are starting"
+            phase = Phase.CONVERGING
+        status = with_condition(status, READY, ready >= desired, reason, message, generation, now)
+        status = with_condition(status, PROGRESSING, False, reason, message, generation, now)
+        status = status.model_copy(update={"phase": phase})
+    return status.model_copy(update={"observed_generation": generation})
+
+
 def to_patch(status: SpotpoolStatus) -> dict[str, Any]:
     """A JSON merge patch that makes the stored status exactly `status`.
 

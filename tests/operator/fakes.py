@@ -36,6 +36,7 @@ class FakeCloud:
     running: int = 0
     most_running: int = 0
     fail_up: str | None = None
+    applied: dict[str, StackConfig] = field(default_factory=dict)  # stack -> last up's config
     next_id: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -92,10 +93,15 @@ class FakeEngine:
                 update={"create": created, "delete": len(deleted)}
             )
             result.instances = self._outputs()
+            self.cloud.applied[self.name] = config
             return result
         finally:
             with self.cloud.lock:
                 self.cloud.running -= 1
+
+    def applied_config(self) -> StackConfig | None:
+        self.cloud.calls.append(("applied_config", self.name))
+        return self.cloud.applied.get(self.name)
 
     def replace_slots(
         self, config: StackConfig, slots: list[int], login_password: str | None = None

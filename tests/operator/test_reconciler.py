@@ -246,3 +246,85 @@ def test_after_a_failed_up_the_old_spec_is_applied_again(tmp_path: Path) -> None
     world.cloud.fail_up = None
     _converged(world, generation=3, replicas=2)  # back to what once worked: still an up
     assert [c.count for c in world.cloud.configs] == [2, 4, 2]
+
+
+def _restarted(world: World, tmp_path: Path) -> World:
+    """A new operator process (empty memory) over the same cloud, stacks and cluster."""
+    fresh = make_world(tmp_path)
+    fresh.cloud.stacks, fresh.cloud.applied = world.cloud.stacks, world.cloud.applied
+    fresh.cluster.statuses = world.cluster.statuses
+    return fresh
+
+
+def _body_with_status(world: World, **spec: Any) -> dict[str, Any]:
+    body = pool_body(**spec)
+    body["status"] = world.cluster.last("team-a/gpu")
+    return body
+
+
+def test_a_restart_over_an_applied_pool_runs_no_up(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    run(world.reconciler.converge(ref(pool_body())))
+    after = _restarted(world, tmp_path)
+    run(after.reconciler.converge(ref(_body_with_status(world))))  # kopf's resume
+    assert after.cloud.calls == [("applied_config", "team-a.gpu")]  # read, no up
+    pool = after.reconciler.pool(ref(pool_body()))
+    assert pool.converged_once and pool.applied is not None  # reclaim checks start at once
+
+
+def test_a_restart_over_a_changed_spec_runs_the_up(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    run(world.reconciler.converge(ref(pool_body())))
+    after = _restarted(world, tmp_path)
+    run(after.reconciler.converge(ref(_body_with_status(world, replicas=3))))
+    assert ("up", "team-a.gpu") in after.cloud.calls
+
+
+def test_unpause_with_nothing_to_change_is_ready_at_the_new_generation(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+
+    async def scenario() -> None:
+        await world.reconciler.converge(ref(pool_body()))
+        await world.reconciler.converge(ref(pool_body(generation=2, paused=True)))
+        assert world.cluster.last("team-a/gpu")["phase"] == "Paused"
+        await world.reconciler.converge(ref(pool_body(generation=3, paused=False)))
+
+    run(scenario())
+    last = world.cluster.last("team-a/gpu")
+    assert last["phase"] == "Ready" and last["observedGeneration"] == 3
+    ready = next(c for c in last["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True" and ready["observedGeneration"] == 3
+    assert world.cloud.calls == [("up", "team-a.gpu")]
+
+
+@pytest.mark.parametrize("change", [{"deletionPolicy": "Retain"}, {"refreshInterval": "5m"}])
+def test_a_spec_change_without_engine_work_reaches_observed_generation(
+    tmp_path: Path, change: dict[str, Any]
+) -> None:
+    world = make_world(tmp_path)
+
+    async def scenario() -> None:
+        await world.reconciler.converge(ref(pool_body()))
+        await world.reconciler.converge(ref(pool_body(generation=2, **change)))
+
+    run(scenario())
+    assert world.cluster.last("team-a/gpu")["observedGeneration"] == 2
+    assert world.cloud.calls == [("up", "team-a.gpu")]
+
+
+def test_slots_the_probe_saw_go_are_replaced_in_one_targeted_run(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+
+    async def scenario() -> None:
+        await world.reconciler.converge(ref(pool_body(replicas=3)))
+        pool = world.reconciler.pool(ref(pool_body()))
+        world.cloud.reclaim("team-a.gpu", 1)
+        pool.gone_slots = {1}
+        await world.reconciler.replace_gone(ref(pool_body(replicas=3)))
+
+    run(scenario())
+    assert world.cloud.calls[1:] == [("replace_slots", "team-a.gpu"), ("up", "team-a.gpu")]
+    last = world.cluster.last("team-a/gpu")
+    assert last["reclaims"]["total"] == 1 and last["readyReplicas"] == 3
+    assert world.events.reasons().count("Reclaimed") == 1
+    assert "Replaced" in world.events.reasons()

@@ -219,6 +219,15 @@ class PoolStack:
     def outputs(self) -> list[SlotOutput]:
         return instances_of(self._select().outputs())
 
+    def applied_config(self) -> StackConfig | None:
+        """The config the stack's last `up` applied (the program exports it), or None."""
+        with _stack_lock(self.name):
+            try:
+                return _previous_config(_export(self._known().stack))
+            except auto.CommandError:
+                self._forget_known()
+                return None
+
     def state_instance_ids(self) -> dict[int, str]:
         """slot -> instance id, as the stack's state records them."""
         return _ids_by_slot(_export(self._select()))
