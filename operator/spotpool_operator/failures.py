@@ -1,35 +1,19 @@
 """Why an operation on a pool failed, as one CamelCase reason and a sentence for a person."""
 
-import re
-
 from pulumi.automation import CommandError
 
+from spotpool.engine.cloud_errors import Kind, codes_in
 from spotpool.engine.stack import EngineError
 
-# Cloud error codes (Tencent Cloud API 3.0) in the engine's message, first match wins.
-_CLOUD_CODES: list[tuple[str, str, str]] = [
-    (
-        r"AuthFailure[.\w]*",
-        "AuthFailure",
-        "the cloud refused the API key pair ({code}): check the credentials",
-    ),
-    (
-        r"(ResourceInsufficient|ResourcesSoldOut|NoAvailableStock)[.\w]*",
-        "ResourceInsufficient",
-        "no spot capacity for this pool's instance type and zone ({code}); "
-        "retrying, or add instanceTypes / availabilityZones fallbacks",
-    ),
-    (
-        r"RequestLimitExceeded[.\w]*",
-        "Throttled",
-        "the cloud is throttling API calls ({code}); retrying later",
-    ),
-    (
-        r"(UnauthorizedOperation|OperationDenied)[.\w]*",
-        "Unauthorized",
-        "the API key pair may not do this ({code}): check its CAM policy",
-    ),
-]
+# The condition reason for each class of cloud error (engine/cloud_errors.py classifies codes).
+_REASONS = {
+    Kind.NO_STOCK: "ResourceInsufficient",
+    Kind.QUOTA: "QuotaExceeded",
+    Kind.THROTTLED: "Throttled",
+    Kind.AUTH: "AuthFailure",
+    Kind.INVALID: "CloudRejected",
+    Kind.TRANSIENT: "CloudError",
+}
 
 
 class PoolProblem(Exception):
@@ -48,10 +32,18 @@ def classify(error: BaseException) -> PoolProblem:
         return error
     if isinstance(error, EngineError | CommandError):
         text = str(error) if isinstance(error, EngineError) else _command_reason(error)
-        for pattern, reason, template in _CLOUD_CODES:
-            found = re.search(pattern, text)
-            if found:
-                return PoolProblem(reason, template.format(code=found.group(0)))
+        for found in codes_in(text):
+            reason = _REASONS.get(found.kind)
+            if found.code.startswith("UnauthorizedOperation"):
+                reason = "Unauthorized"
+            if reason:
+                return PoolProblem(reason, f"{found.advice} ({found.code})")
+        if "currently locked" in text:
+            return PoolProblem(
+                "StackLocked",
+                "another run holds the stack's lock (a person's `pulumi` command, or another "
+                "operator): it is not broken unless its owner is provably gone; " + text[-300:],
+            )
         if "no pulumi CLI" in text:
             return PoolProblem("ToolchainMissing", text)
         return PoolProblem("OperationFailed", text)

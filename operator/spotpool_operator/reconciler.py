@@ -375,7 +375,26 @@ class Reconciler:
                         "destroy", engine.state_instance_ids, record=False
                     )
                     if problem is not None and owned:
-                        raise problem  # instances to delete, and no key pair to do it with
+                        # Instances to delete, and no key pair to do it with: wait, and say
+                        # how to end it either way.
+                        raise PoolProblem(
+                            problem.reason,
+                            f"{problem.message}. The stack still holds {len(owned)} instance(s) "
+                            f"({', '.join(owned.values())}) and deleting them needs the key pair: "
+                            "restore it, or set spec.deletionPolicy to Retain to finish deleting "
+                            "and leave the instances running",
+                        )
+                    if problem is not None:  # an empty stack: nothing in the cloud to delete
+                        await self._engine_call("destroy", engine.forget)
+                        self.events.post(
+                            ref.event_ref(),
+                            "Normal",
+                            "Destroyed",
+                            f"the stack held no instance; removed it without cloud credentials "
+                            f"({problem.reason})",
+                        )
+                        self.forget(ref)
+                        return
                     result = await self._engine_call("destroy", engine.destroy)
                     self.events.post(
                         ref.event_ref(),

@@ -30,7 +30,7 @@ def test_engine_errors_are_classified(message: str, reason: str) -> None:
 def test_cloud_code_is_named_in_the_message() -> None:
     problem = classify(EngineError("Code=ResourceInsufficient.SpecifiedInstanceType"))
     assert "ResourceInsufficient.SpecifiedInstanceType" in problem.message
-    assert "spot capacity" in problem.message
+    assert "no spot stock" in problem.message
 
 
 def test_unexpected_errors_and_problems_pass_through() -> None:

@@ -211,6 +211,40 @@ def test_delete_without_credentials_uses_the_last_that_worked(tmp_path: Path) ->
     assert world.cloud.credentials[-1] == "AKIDfromsecret"
 
 
+
+def test_after_a_restart_an_empty_pool_without_its_secret_is_deleted(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    _converged(world, replicas=0, minimum=0)
+    after = _restarted(world, tmp_path)  # the keys that worked are no longer in memory
+    del after.cluster.secrets[("team-a", "tencentcloud")]
+    run(after.reconciler.delete(ref(pool_body(replicas=0, minimum=0))))
+    assert after.cloud.calls[-1] == ("forget", "team-a.gpu")  # no cloud call without keys
+    assert "Destroyed" in after.events.reasons() and after.reconciler.pools == {}
+
+
+def test_after_a_restart_a_pool_with_instances_and_no_secret_waits_and_says_why(
+    tmp_path: Path,
+) -> None:
+    world = make_world(tmp_path)
+    _converged(world)
+    after = _restarted(world, tmp_path)
+    del after.cluster.secrets[("team-a", "tencentcloud")]
+    with pytest.raises(PoolProblem) as raised:
+        run(after.reconciler.delete(ref(pool_body())))
+    assert raised.value.reason == "SecretNotFound"
+    assert "team-a/tencentcloud" in raised.value.message
+    assert "deletionPolicy to Retain" in raised.value.message
+    assert ("destroy", "team-a.gpu") not in after.cloud.calls
+    degraded = next(
+        c for c in after.cluster.last("team-a/gpu")["conditions"] if c["type"] == "Degraded"
+    )
+    assert degraded["reason"] == "SecretNotFound"
+    assert ("Warning", "SecretNotFound") in [(t, r) for t, r, _ in after.events.posted]
+    # The escape hatch: Retain forgets the stack without keys and keeps the instances.
+    run(after.reconciler.delete(ref(pool_body(deletionPolicy="Retain"))))
+    assert after.cloud.calls[-1] == ("forget", "team-a.gpu")
+
+
 def test_refresh_interval_from_spec_else_the_default(tmp_path: Path) -> None:
     world = make_world(tmp_path, refresh_interval=42)
     assert world.reconciler.refresh_interval(ref(pool_body(refreshInterval="1m30s"))) == 90

@@ -28,9 +28,9 @@ class CloudError:
 
 
 _NO_STOCK_ADVICE = (
-    "no spot stock for this instance type in this zone right now; the engine moves the slot to "
-    "the next of spec.instanceTypes when there is one, otherwise it retries with backoff — add "
-    "instance types or zones to widen the choice"
+    "no spot stock for this instance type in this zone right now: a slot moves to the next "
+    "of spec.instanceTypes when there is one, otherwise the pool retries with backoff; list "
+    "more instance types to widen the choice"
 )
 
 # Exact codes first; a family entry ("Family.") covers every code under it.
