@@ -211,7 +211,6 @@ def test_delete_without_credentials_uses_the_last_that_worked(tmp_path: Path) ->
     assert world.cloud.credentials[-1] == "AKIDfromsecret"
 
 
-
 def test_after_a_restart_an_empty_pool_without_its_secret_is_deleted(tmp_path: Path) -> None:
     world = make_world(tmp_path)
     _converged(world, replicas=0, minimum=0)
