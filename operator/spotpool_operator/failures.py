@@ -3,7 +3,7 @@
 from pulumi.automation import CommandError
 
 from spotpool.engine.cloud_errors import Kind, codes_in
-from spotpool.engine.stack import EngineError
+from spotpool.engine.stack import EngineError, OperationTimeout, StackLockedError
 
 # The condition reason for each class of cloud error (engine/cloud_errors.py classifies codes).
 _REASONS = {
@@ -30,6 +30,10 @@ def classify(error: BaseException) -> PoolProblem:
     """Turn any failure into a PoolProblem; the message never holds more than the cause says."""
     if isinstance(error, PoolProblem):
         return error
+    if isinstance(error, StackLockedError):
+        return PoolProblem("StackLocked", str(error))
+    if isinstance(error, OperationTimeout):
+        return PoolProblem("OperationTimeout", str(error))
     if isinstance(error, EngineError | CommandError):
         text = str(error) if isinstance(error, EngineError) else _command_reason(error)
         for found in codes_in(text):

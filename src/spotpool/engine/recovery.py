@@ -1,6 +1,7 @@
 """Repair what a killed run left behind, before the next operation on the stack.
 
-- a lock whose owner is provably gone (this host, pid not alive) is removed (`pulumi cancel`);
+- a lock whose owner is provably gone (ownership.py: an earlier holder of the operator's Lease,
+  or a dead process of this host) is removed, that file alone; any other lock is reported;
 - pending creates are cleared.
 
 What an interrupted create left in the cloud, an instance with the pool's tags that the state
@@ -13,6 +14,7 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +22,8 @@ from pulumi import automation as auto
 from tencentcloud.cvm.v20170312 import cvm_client
 
 from spotpool.engine import cloud
+from spotpool.engine.errors import StackLockedError
+from spotpool.engine.ownership import LockOwner, Writer, decide_lock
 
 if TYPE_CHECKING:
     from spotpool.api.stackconfig import StackConfig
@@ -31,9 +35,7 @@ GONE_STATES = {"TERMINATING", "SHUTDOWN", "LAUNCH_FAILED"}
 def repair(pool: "PoolStack", stack: auto.Stack, state: Mapping[str, Any]) -> list[str]:
     """What was repaired, given the stack's current state; nothing to say if nothing was.
     What a killed run created but never recorded is an orphan: see `settle_orphans`."""
-    notes = _break_stale_locks(pool)
-    if notes:
-        stack.cancel()
+    notes = break_stale_locks(pool)
     pending = state.get("pending_operations") or []
     if pending:
         stack.refresh(clear_pending_creates=True, color="never", show_secrets=False)
@@ -128,20 +130,39 @@ def _file_backend_root(pool: "PoolStack") -> Path | None:
     return Path(backend.removeprefix("file://")) / ".pulumi"
 
 
-def _break_stale_locks(pool: "PoolStack") -> list[str]:
+def break_stale_locks(pool: "PoolStack") -> list[str]:
+    """Remove exactly the stack's lock files whose owners are provably gone (ownership.py);
+    raise StackLockedError naming any other owner. Never `pulumi cancel`, which removes every
+    lock, a live owner's too."""
     root = _file_backend_root(pool)
     if root is None:
         return []
-    notes = []
-    for lock_file in (root / "locks").glob(f"**/{pool.name}/*.json"):
+    writer = pool.settings.writer or Writer(socket.gethostname(), os.getpid())
+    now = datetime.now(UTC)
+    notes, kept = [], []
+    for lock_file in sorted((root / "locks").glob(f"**/{pool.name}/*.json")):
         try:
-            owner = json.loads(lock_file.read_text())
+            owner = LockOwner.parse(
+                str(lock_file.relative_to(root)), json.loads(lock_file.read_text())
+            )
+        except FileNotFoundError:
+            continue  # its run just ended
         except (OSError, ValueError):
-            return []  # unreadable: leave it to a person
-        pid, host = owner.get("pid"), owner.get("hostname")
-        if host != socket.gethostname() or not isinstance(pid, int) or _alive(pid):
-            return []  # a live (or unknowable) owner: `pulumi cancel` would remove its lock too
-        notes.append(f"removed the lock of stopped process {pid}")
+            kept.append(f"{lock_file.name} (unreadable)")
+            continue
+        decision = decide_lock(owner, writer, _alive)
+        if not decision.break_it:
+            kept.append(f"{owner.describe(now)}: {decision.reason}")
+            continue
+        lock_file.unlink(missing_ok=True)
+        lock_file.with_name(lock_file.name + ".attrs").unlink(missing_ok=True)
+        notes.append(f"removed the lock of {owner.describe(now)}: {decision.reason}")
+    if kept:
+        raise StackLockedError(
+            f"stack {pool.name} is locked by " + "; ".join(kept) + " — not broken: wait for "
+            "it to end, or if you know its owner is gone, `pulumi cancel --stack "
+            f"{pool.name}` (pause the pool first)"
+        )
     return notes
 
 

@@ -2,9 +2,11 @@
 
 import os
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, SkipValidation
 
+from spotpool.engine.ownership import Writer
 from spotpool.toolchain.paths import bin_dir
 
 
@@ -27,6 +29,16 @@ class EngineSettings(BaseModel):
         None, description="URL of `spotpool emulator serve`; None means the real Tencent Cloud."
     )
     tools_dir: Path = Field(default_factory=bin_dir, description="Where the pulumi CLI is.")
+    writer: Annotated[Writer | None, SkipValidation] = Field(
+        None,
+        exclude=True,
+        description="Who this process is for lock breaking (its Lease); None: by hand.",
+    )
+    operation_timeout: float = Field(
+        1800.0, gt=0, description="Seconds an operation may run before it is killed."
+    )
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     @classmethod
     def from_env(cls) -> "EngineSettings":

@@ -23,6 +23,7 @@ from pulumi import automation as auto
 from spotpool.api.stackconfig import PROJECT, PoolIdentity, StackConfig
 from spotpool.engine import cloud_errors, recovery
 from spotpool.engine.credentials import Credentials
+from spotpool.engine.errors import EngineError, OperationTimeout, StackLockedError
 from spotpool.engine.events import EventPrinter
 from spotpool.engine.program import load_program
 from spotpool.engine.results import (
@@ -33,6 +34,7 @@ from spotpool.engine.results import (
 )
 from spotpool.engine.settings import EngineSettings
 
+__all__ = ["EngineError", "OperationTimeout", "PoolStack", "StackLockedError"]
 SLOT_TYPE = "tencentcloud:Instance/instance:Instance"
 _stack_locks: dict[str, threading.Lock] = {}
 _stack_locks_guard = threading.Lock()
@@ -52,10 +54,6 @@ class _Known:
 
 
 _known: dict[tuple[str, str, str], _Known] = {}
-
-
-class EngineError(Exception):
-    """A Pulumi operation failed; the message is for a person and holds no secrets."""
 
 
 def _stack_lock(name: str) -> threading.Lock:

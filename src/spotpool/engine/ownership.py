@@ -1,0 +1,108 @@
+"""Who may break a Pulumi stack lock: one pure decision over the lock's owner and this writer.
+
+A self-managed backend records each lock's owner (hostname and pid of the `pulumi` CLI that
+took it, and when). A lock is broken only when its owner is provably gone:
+
+- the operator holds its Kubernetes Lease, and the lock was taken before it acquired the Lease
+  by a host that held the Lease earlier (a replaced pod, or this pod before a container
+  restart, which may even reuse the dead pid): that holder lost or released the Lease, and a
+  holder stops writing the moment it does;
+- or the lock is this host's and its pid is not alive (a CLI that was killed here).
+
+A lock of anyone else (a person's `pulumi up` on a laptop, another install) is never broken:
+the operation reports it instead (`StackLockedError`, condition StackLocked).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+
+class LeaseView(Protocol):
+    def held(self) -> bool:
+        """This process holds its Lease right now."""
+        ...
+
+    def acquired_at(self) -> datetime:
+        """When this process acquired the Lease (aware, UTC)."""
+        ...
+
+    def earlier_holders(self) -> frozenset[str]:
+        """Hostnames of the Lease's holders before this process (recorded in the Lease)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Writer:
+    hostname: str
+    pid: int
+    lease: LeaseView | None = None  # None: run by hand, no Lease: only the same-host rule
+
+
+@dataclass(frozen=True)
+class LockOwner:
+    key: str  # the lock file's path in the backend
+    hostname: str
+    pid: int | None
+    username: str
+    timestamp: datetime | None
+
+    @classmethod
+    def parse(cls, key: str, content: dict[str, Any]) -> "LockOwner":
+        pid = content.get("pid")
+        return cls(
+            key=key,
+            hostname=str(content.get("hostname") or ""),
+            pid=pid if isinstance(pid, int) else None,
+            username=str(content.get("username") or ""),
+            timestamp=_parse_time(content.get("timestamp")),
+        )
+
+    def describe(self, now: datetime) -> str:
+        age = f", {int((now - self.timestamp).total_seconds())} s ago" if self.timestamp else ""
+        return f"{self.username or '?'}@{self.hostname or '?'} (pid {self.pid}){age}"
+
+
+@dataclass(frozen=True)
+class LockDecision:
+    break_it: bool
+    reason: str
+
+
+def decide_lock(lock: LockOwner, writer: Writer, pid_alive: Callable[[int], bool]) -> LockDecision:
+    lease = writer.lease
+    same_host = bool(lock.hostname) and lock.hostname == writer.hostname
+    if lease is not None:
+        if not lease.held():
+            return LockDecision(False, "this operator does not hold its Lease: it breaks nothing")
+        acquired = lease.acquired_at()
+        if (
+            lock.timestamp is not None
+            and lock.timestamp < acquired
+            and lock.hostname in lease.earlier_holders()
+        ):
+            return LockDecision(
+                True,
+                f"taken by {lock.hostname} before this operator acquired the Lease "
+                f"({acquired.isoformat(timespec='seconds')}); that earlier holder is gone",
+            )
+    if same_host and lock.pid is not None and lock.pid != writer.pid and not pid_alive(lock.pid):
+        return LockDecision(True, f"its process {lock.pid} on this host is not running")
+    return LockDecision(False, "its owner may still be running")
+
+
+def _parse_time(value: object) -> datetime | None:
+    """Go's RFC 3339 with nanoseconds (`2026-11-24T04:20:00.123456789Z`) as an aware time."""
+    if not isinstance(value, str) or not value:
+        return None
+    text = value.replace("Z", "+00:00")
+    head, dot, rest = text.partition(".")
+    if dot:  # Python takes at most microseconds
+        digits = rest[: len(rest) - len(rest.lstrip("0123456789"))]
+        text = f"{head}.{digits[:6]}{rest[len(digits) :]}"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
