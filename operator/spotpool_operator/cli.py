@@ -46,6 +46,14 @@ def _passphrase(passphrase_file: Path | None) -> SecretStr:
     return SecretStr(from_env)
 
 
+def _pod_namespace() -> str | None:
+    """The namespace this pod runs in (its service account says), or None outside a pod."""
+    mounted = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and mounted.exists():
+        return mounted.read_text().strip() or None
+    return None
+
+
 def _rate_limits(pairs: list[str]) -> RateLimits:
     limits = RateLimits()
     for pair in (part.strip() for item in pairs for part in item.split(",") if part.strip()):
@@ -129,6 +137,31 @@ def run(
         help="ACTION=CALLS_PER_SECOND for the token buckets (repeat; defaults: "
         "DescribeInstances=40, RunInstances=10, TerminateInstances=10, others 20).",
     ),
+    lease_name: str = typer.Option(
+        "spotpool-operator",
+        "--lease-name",
+        envvar="SPOTPOOL_LEASE_NAME",
+        help="The Lease (coordination.k8s.io) naming the one replica that writes stacks.",
+    ),
+    lease_namespace: str | None = typer.Option(
+        None,
+        "--lease-namespace",
+        envvar="SPOTPOOL_LEASE_NAMESPACE",
+        help="Namespace of the Lease. Default: the pod's own namespace in a cluster; run by "
+        "hand without it, there is no Lease and only this host's dead runs' locks are broken.",
+    ),
+    lease_duration: str = typer.Option(
+        "30s",
+        "--lease-duration",
+        envvar="SPOTPOOL_LEASE_DURATION",
+        help="How long the Lease lasts unrenewed (a killed replica's successor waits this).",
+    ),
+    operation_timeout: str = typer.Option(
+        "30m",
+        "--operation-timeout",
+        envvar="SPOTPOOL_OPERATION_TIMEOUT",
+        help="A Pulumi operation running longer is killed with its plugins, and retried.",
+    ),
     passphrase_file: Path | None = typer.Option(
         None,
         "--passphrase-file",
@@ -180,6 +213,14 @@ def run(
         interval = _seconds(refresh_interval)
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--refresh-interval") from None
+    try:
+        lease_seconds = _seconds(lease_duration)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--lease-duration") from None
+    try:
+        timeout_seconds = _seconds(operation_timeout)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--operation-timeout") from None
     state = state_root()
     backend_url = backend or f"file://{state / 'backend'}"
     if backend_url.startswith("file://"):
@@ -191,6 +232,7 @@ def run(
                 passphrase=_passphrase(passphrase_file),
                 work_root=work_dir or state / "workspaces",
                 cloud_endpoint=cloud_endpoint or None,
+                operation_timeout=timeout_seconds,
             ),
             namespaces=namespaces,
             all_namespaces=all_namespaces or not namespaces,
@@ -198,6 +240,9 @@ def run(
             refresh_interval=interval,
             full_refresh_every=full_refresh_every,
             probe=ProbeSettings(budget=probe_budget),
+            lease_name=lease_name,
+            lease_namespace=lease_namespace or _pod_namespace(),
+            lease_duration=lease_seconds,
             rate_limits=_rate_limits(api_limit),
             metrics_host=metrics_host,
             metrics_port=metrics_port,

@@ -42,6 +42,10 @@ class KubeCluster:
         self._core = kubernetes.client.CoreV1Api(self._api)
         self._custom = kubernetes.client.CustomObjectsApi(self._api)
 
+    def coordination(self) -> Any:
+        """The Leases API, on the same connection settings."""
+        return kubernetes.client.CoordinationV1Api(self._api)
+
     def read_secret(self, namespace: str, name: str) -> dict[str, bytes]:
         try:
             secret = self._core.read_namespaced_secret(name, namespace, _request_timeout=30)

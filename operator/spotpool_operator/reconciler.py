@@ -28,6 +28,7 @@ from spotpool_operator.events import Events
 from spotpool_operator.failures import PoolProblem, classify
 from spotpool_operator.fleet import FleetProbe
 from spotpool_operator.kube import Cluster
+from spotpool_operator.lease import OperatorLease
 from spotpool_operator.metrics import Metrics
 from spotpool_operator.pools import PoolRef, PoolState
 from spotpool_operator.settings import OperatorSettings
@@ -76,6 +77,7 @@ class Reconciler:
         cloud_lookup: CloudLookup | None = None,
         clock: Callable[[], datetime] = _now,
         probe: FleetProbe | None = None,
+        lease: OperatorLease | None = None,
     ) -> None:
         self.settings = settings
         self.cluster = cluster
@@ -85,6 +87,7 @@ class Reconciler:
         self.cloud_lookup = cloud_lookup
         self.clock = clock
         self.probe = probe
+        self.lease = lease
         self.pools: dict[str, PoolState] = {}
         self._slots = asyncio.Semaphore(settings.max_concurrent)
         self._executor = ThreadPoolExecutor(
@@ -554,6 +557,8 @@ class Reconciler:
 
         `record`: count it in the operation metrics (not for look-ups that serve one).
         """
+        if self.lease is not None and not self.lease.held():
+            await self.lease.held_event.wait()  # only the Lease's holder writes stacks
         async with self._slots:
             self.metrics.in_flight.inc()
             started = time.monotonic()

@@ -1,11 +1,15 @@
 """Assemble the operator (cluster access, engine, metrics, handlers) and run kopf until stopped."""
 
 import logging
+import os
+import socket
 
 import kopf
 
 from spotpool.engine import cloud
 from spotpool.engine.credentials import Credentials
+from spotpool.engine.ownership import Writer
+from spotpool.engine.processes import kill_runs
 from spotpool.engine.ratelimit import BUCKETS
 from spotpool.engine.stack import PoolStack
 from spotpool_operator import handlers
@@ -13,6 +17,7 @@ from spotpool_operator.cloudcheck import cloud_lookup
 from spotpool_operator.events import KopfEvents
 from spotpool_operator.fleet import FleetProbe
 from spotpool_operator.kube import KubeCluster
+from spotpool_operator.lease import OperatorLease
 from spotpool_operator.metrics import Metrics
 from spotpool_operator.reconciler import Reconciler
 from spotpool_operator.settings import OperatorSettings
@@ -32,9 +37,20 @@ def run(settings: OperatorSettings) -> None:
     probe = FleetProbe(fleet, settings.probe) if settings.probe.budget > 0 else None
     if settings.metrics_port:
         metrics.serve(settings.metrics_host, settings.metrics_port)
+    cluster = KubeCluster()
+    lease = None
+    if settings.lease_namespace:
+        lease = OperatorLease(
+            cluster.coordination(),
+            settings.lease_namespace,
+            settings.lease_name,
+            duration=settings.lease_duration,
+        )
+        lease.on_lost.append(lambda: log.warning("killed runs: %s", kill_runs()))
+    settings.engine.writer = Writer(socket.gethostname(), os.getpid(), lease)
     reconciler = Reconciler(
         settings=settings,
-        cluster=KubeCluster(),
+        cluster=cluster,
         events=KopfEvents(),
         metrics=metrics,
         engine_factory=lambda pool, credentials, region, progress: PoolStack(
@@ -42,6 +58,7 @@ def run(settings: OperatorSettings) -> None:
         ),
         cloud_lookup=cloud_lookup(settings.engine.cloud_endpoint),
         probe=probe,
+        lease=lease,
     )
     registry = kopf.OperatorRegistry()
     handlers.register(registry, reconciler)

@@ -30,6 +30,11 @@ class OperatorSettings(BaseModel):
     rate_limits: RateLimits = Field(
         default_factory=RateLimits, description="Tencent Cloud API calls a second per action."
     )
+    lease_name: str = Field("spotpool-operator", description="The writer's Lease.")
+    lease_namespace: str | None = Field(
+        None, description="Namespace of the Lease; None: no Lease (running by hand)."
+    )
+    lease_duration: float = Field(30.0, ge=5, description="Seconds a Lease lasts unrenewed.")
     backoff_base: float = Field(10.0, gt=0, description="First retry delay after a failure.")
     backoff_max: float = Field(300.0, gt=0, description="Longest retry delay after failures.")
     metrics_host: str = Field("127.0.0.1", description="Address of the metrics and health port.")

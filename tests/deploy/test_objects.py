@@ -59,7 +59,9 @@ def test_all_namespaces_get_one_cluster_role_and_nothing_namespaced() -> None:
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "spotpool-operator", "namespace": "spotpool-system"}
         ]
-    assert not [key for key in objects if key.startswith(("Role/", "RoleBinding/"))]
+    namespaced = [key for key in objects if key.startswith(("Role/", "RoleBinding/"))]
+    lease = "spotpool-system/spotpool-operator-lease"
+    assert sorted(namespaced) == [f"Role/{lease}", f"RoleBinding/{lease}"]  # the Lease only
     assert env(list(objects.values()))["SPOTPOOL_ALL_NAMESPACES"] == "true"
 
 
@@ -79,10 +81,30 @@ def test_watched_namespaces_each_get_a_role_and_no_cluster_wide_pool_rights() ->
     assert "SPOTPOOL_ALL_NAMESPACES" not in values
 
 
+def test_leases_only_in_the_operators_namespace_and_only_what_holding_one_takes() -> None:
+    for config in (InstallConfig(), InstallConfig(watch_namespaces=["team-a"])):
+        granting = [
+            o for o in render(config)
+            for r in o.get("rules", []) if "coordination.k8s.io" in r["apiGroups"]
+        ]  # fmt: skip
+        assert [(o["kind"], o["metadata"]["namespace"]) for o in granting] == [
+            ("Role", "spotpool-system")
+        ]
+        assert granting[0]["rules"] == [
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "verbs": ["get", "create", "update"],
+            }
+        ]
+
+
 def test_no_rule_grants_wildcards_deletes_pods_nodes_leases_or_peering() -> None:
     for config in (InstallConfig(), InstallConfig(watch_namespaces=["team-a"])):
         for obj in render(config):
             for rule in obj.get("rules", []):
+                if rule["apiGroups"] == ["coordination.k8s.io"]:
+                    continue  # the Lease: the test above
                 assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
                 assert not {"delete", "deletecollection", "create", "update", "escalate",
                             "bind", "impersonate"} & set(rule["verbs"]) - (

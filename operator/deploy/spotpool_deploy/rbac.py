@@ -10,8 +10,10 @@
 - Serving some namespaces, kopf lists and watches namespaces (to match its namespace
   patterns); denied, it retries for about a minute with ERROR lines, then falls back to the
   exact names. Cluster-wide it never does, so only the namespaced install grants it.
-- Not granted, because not used: peering objects (kopf runs with standalone=True), Leases,
-  spotpools/scale, create/update/delete of anything.
+- Leases: the operator holds one Lease (coordination.k8s.io) naming the replica that may
+  write stacks: get/create/update, in its own namespace only.
+- Not granted, because not used: peering objects (kopf runs with standalone=True),
+  spotpools/scale, create/update/delete of anything else.
 - The operator's own Secrets (the state passphrase, backend credentials) reach it as a volume
   and environment variables that the kubelet fills: it needs no API access to them.
 """
@@ -105,9 +107,29 @@ def _namespace_role(config: InstallConfig, namespace: str) -> list[dict[str, Any
     ]
 
 
+def _lease_role(config: InstallConfig) -> list[dict[str, Any]]:
+    name = f"{config.name}-lease"
+    return [
+        {
+            "apiVersion": RBAC,
+            "kind": "Role",
+            "metadata": metadata(config, name, config.namespace),
+            "rules": [rule("coordination.k8s.io", ["leases"], ["get", "create", "update"])],
+        },
+        {
+            "apiVersion": RBAC,
+            "kind": "RoleBinding",
+            "metadata": metadata(config, name, config.namespace),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": _subjects(config),
+        },
+    ]
+
+
 def roles(config: InstallConfig) -> list[dict[str, Any]]:
-    """Pools cluster-wide through one ClusterRole, or one Role per watched namespace."""
-    objects = _cluster_role(config, "scan", scan_rules(config))
+    """Pools cluster-wide through one ClusterRole, or one Role per watched namespace; the
+    Lease's Role in the operator's own namespace."""
+    objects = _cluster_role(config, "scan", scan_rules(config)) + _lease_role(config)
     if config.all_namespaces:
         return objects + _cluster_role(config, "pools", pool_rules())
     for namespace in config.watch_namespaces:

@@ -25,6 +25,7 @@ from spotpool.engine import cloud_errors, recovery
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.errors import EngineError, OperationTimeout, StackLockedError
 from spotpool.engine.events import EventPrinter
+from spotpool.engine.processes import kill_runs
 from spotpool.engine.program import load_program
 from spotpool.engine.results import (
     OperationKind,
@@ -208,6 +209,11 @@ class PoolStack:
                 self._forget_known()
         return result
 
+    def cancel(self) -> list[int]:
+        """Kill this stack's running Pulumi CLI and everything under it (plugins included);
+        the operation then fails, and the next one removes the lock the kill left."""
+        return kill_runs(self.name)
+
     def forget(self) -> None:
         """Drop the stack but leave its instances running (deletionPolicy Retain)."""
         with _stack_lock(self.name):
@@ -246,6 +252,16 @@ class PoolStack:
         with _stack_lock(self.name):
             known = self._known()
             result = OperationResult(kind=kind, stack=self.name, seconds=0.0)
+            timeout = self.settings.operation_timeout
+            fired = threading.Event()
+
+            def kill() -> None:
+                fired.set()
+                self.cancel()
+
+            watchdog = threading.Timer(timeout, kill)
+            watchdog.daemon = True
+            watchdog.start()
             try:
                 if light and known.repaired:
                     state: Mapping[str, Any] = {}
@@ -262,10 +278,17 @@ class PoolStack:
                 yield known.stack, result, state
             except auto.CommandError as err:
                 self._forget_known()  # a failed run may have left a lock, pending ops, no stack
+                if fired.is_set():
+                    raise OperationTimeout(
+                        f"{kind} of stack {self.name} ran over {timeout:.0f} s and was killed "
+                        "with its plugins; the next operation recovers its lock"
+                    ) from None
                 raise EngineError(f"{kind} of stack {self.name} failed: {_reason(err)}") from None
             except BaseException:
                 self._forget_known()
                 raise
+            finally:
+                watchdog.cancel()
             result.seconds = round(time.monotonic() - started, 2)
 
     def _known(self, reselect: bool = False) -> _Known:
