@@ -80,7 +80,10 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
                 not_before = time.monotonic() + settings.backoff(failures - 1)
 
     @kopf.on.startup(registry=registry)
-    async def start_probe(memo: kopf.Memo, **_: Any) -> None:
+    async def start_background(memo: kopf.Memo, **_: Any) -> None:
+        """The Lease first (nothing is written without it), then the fleet probe."""
+        if reconciler.lease is not None:
+            memo["lease"] = asyncio.create_task(reconciler.lease.run(), name="lease")
         if reconciler.probe is not None:
             memo["probe"] = asyncio.create_task(reconciler.probe.run(), name="fleet-probe")
 
@@ -91,12 +94,15 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
 
     @kopf.on.cleanup(registry=registry)
     async def close(memo: kopf.Memo, **_: Any) -> None:
-        task = memo.get("probe")
-        if isinstance(task, asyncio.Task):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for name in ("probe", "lease"):
+            task = memo.get(name)
+            if isinstance(task, asyncio.Task):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         reconciler.close()
+        if reconciler.lease is not None:  # a successor need not wait for it to expire
+            await asyncio.to_thread(reconciler.lease.release)
 
 
 async def _sleep(stopped: kopf.DaemonStopped, wake: asyncio.Event, seconds: float) -> None:

@@ -1,8 +1,11 @@
 """The operator end to end: a real kube-apiserver, the emulator as the cloud, the real Pulumi
 engine, and `spotpool operator run` as a process of its own."""
 
+import json
 import re
+import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -231,3 +234,58 @@ def test_sigkill_during_an_up_then_restart_converges_without_orphans(
     )
     locks = world.directory / "backend" / ".pulumi" / "locks"
     assert not list(locks.glob(f"**/{ns}.survivor/*.json"))
+
+
+def test_killed_mid_up_and_replaced_under_another_hostname_converges(
+    world: OperatorWorld,
+) -> None:
+    """A pod replaced mid-`up` (rollout, eviction, OOM): the whole tree dies at once and the
+    next operator runs under another name. Its Lease proves the old lock's owner gone."""
+    ns = world.namespace()
+    world.apply(ns, pool_manifest("moved", minimum=1, maximum=6, replicas=3))
+    uid = world.wait_until(
+        lambda: (world.get(ns, "moved") or {}).get("metadata", {}).get("uid"), "the uid"
+    )
+    locks = world.directory / "backend" / ".pulumi" / "locks"
+    world.wait_until(
+        lambda: list(locks.glob(f"**/{ns}.moved/*.json")) and world.cloud(uid),
+        "the up holding its lock with an instance made",
+        timeout=120,
+    )
+    world.kill()
+    (stale,) = locks.glob(f"**/{ns}.moved/*.json")  # the killed run's lock is left behind
+    old_host = json.loads(stale.read_text())["hostname"]
+    world.hostname = f"spotpool-operator-{uuid.uuid4().hex[:6]}"
+    assert world.hostname != old_host
+    world.start()
+    pool = world.wait_ready(ns, "moved", 3, timeout=300)
+
+    ids = sorted(_instance_ids(pool["status"]))
+    assert sorted(world.cloud(uid)) == ids and len(set(ids)) == 3  # no leak, no duplicate
+    assert not list(locks.glob(f"**/{ns}.moved/*.json"))
+    recovered = [m for _, r, m in world.events(ns, "moved") if r == "Recovered"]
+    assert any(f"@{old_host}" in m and "earlier holder" in m for m in recovered), recovered
+
+
+def test_a_lock_of_another_owner_is_reported_and_never_broken(world: OperatorWorld) -> None:
+    ns = world.namespace()
+    world.apply(ns, pool_manifest("held", replicas=1))
+    world.wait_ready(ns, "held", 1)
+    locks = world.directory / "backend" / ".pulumi" / "locks" / "organization" / "spotpool"
+    lock = locks / f"{ns}.held" / "b1d3e1a0-0000-4000-8000-000000000000.json"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    taken = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    lock.write_text(json.dumps({"pid": 1, "username": "alice", "hostname": "laptop",
+                                "timestamp": taken}))  # fmt: skip
+    world.apply(ns, pool_manifest("held", replicas=2))  # an up is due now
+
+    def locked() -> dict[str, object] | None:
+        degraded = world.condition(ns, "held", "Degraded")
+        return degraded if degraded.get("reason") == "StackLocked" else None
+
+    degraded = world.wait_until(locked, "condition StackLocked", timeout=120)
+    assert "alice@laptop" in str(degraded["message"])
+    assert "StackLocked" in world.reasons(ns, "held")
+    assert lock.exists()  # never broken
+    lock.unlink()  # its owner is done: the pool goes on by itself
+    world.wait_ready(ns, "held", 2, timeout=240)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 
 from tests.e2e.conftest import Kube
@@ -77,6 +78,8 @@ class OperatorWorld:
     liveness_port: int = 0
     starts: int = 0
     namespaces: list[str] = field(default_factory=list)
+    hostname: str | None = None  # run in a UTS namespace of its own under this name, as a pod
+    lease_namespace: str | None = "default"  # hold a Lease there, as in a cluster
 
     # --- the operator process ---------------------------------------------------------------
     @property
@@ -96,16 +99,23 @@ class OperatorWorld:
             "SPOTPOOL_REFRESH_INTERVAL": str(self.refresh_seconds),
             "SPOTPOOL_MAX_CONCURRENT": "3",
         }
+        if self.lease_namespace:
+            env["SPOTPOOL_LEASE_NAMESPACE"] = self.lease_namespace
+            env["SPOTPOOL_LEASE_DURATION"] = "6s"  # a killed operator's successor waits this
+        command = [
+            str(SPOTPOOL), "operator", "run", "--all-namespaces",
+            "--metrics-port", str(self.metrics_port),
+            "--liveness-port", str(self.liveness_port),
+            "--log-format", "full",
+        ]  # fmt: skip
+        if self.hostname:  # a replaced pod: same code, another hostname
+            command = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',
+                       self.hostname, *command]  # fmt: skip
         with self.log.open("ab") as log:
             log.write(f"\n=== operator start {self.starts} ===\n".encode())
             log.flush()
             self.process = subprocess.Popen(
-                [
-                    str(SPOTPOOL), "operator", "run", "--all-namespaces",
-                    "--metrics-port", str(self.metrics_port),
-                    "--liveness-port", str(self.liveness_port),
-                    "--log-format", "full",
-                ],
+                command,
                 env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 start_new_session=True,  # its own group: a kill takes pulumi and plugins too
                 preexec_fn=_die_with_parent,
@@ -140,8 +150,15 @@ class OperatorWorld:
             self.kill()
 
     def kill(self) -> None:
+        """SIGKILL to the operator's whole process tree at once — the CLI runs and the provider
+        plugins in their own process groups included — as when a pod's containers die."""
         if self.process is None:
             return
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(self.process.pid)
+            for process in [root, *root.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    process.send_signal(signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=30)
