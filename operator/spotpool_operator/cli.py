@@ -162,6 +162,13 @@ def run(
         envvar="SPOTPOOL_OPERATION_TIMEOUT",
         help="A Pulumi operation running longer is killed with its plugins, and retried.",
     ),
+    history_keep: int = typer.Option(
+        10,
+        "--history-keep",
+        min=0,
+        envvar="SPOTPOOL_HISTORY_KEEP",
+        help="Updates kept in each stack's history on a file backend (0: all).",
+    ),
     passphrase_file: Path | None = typer.Option(
         None,
         "--passphrase-file",
@@ -233,6 +240,7 @@ def run(
                 work_root=work_dir or state / "workspaces",
                 cloud_endpoint=cloud_endpoint or None,
                 operation_timeout=timeout_seconds,
+                history_keep=history_keep,
             ),
             namespaces=namespaces,
             all_namespaces=all_namespaces or not namespaces,

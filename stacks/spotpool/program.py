@@ -13,7 +13,12 @@ from spotpool.api.stackconfig import PROJECT, StackConfig
 def main() -> SpotPool:
     settings = pulumi.Config(PROJECT)
     config = StackConfig.model_validate(settings.require_object("pool"))
-    pool = SpotPool(config.pool.name, config, login_password=settings.get_secret("loginPassword"))
+    pool = SpotPool(
+        config.pool.name,
+        config,
+        login_password=settings.get_secret("loginPassword"),
+        install=settings.get("installId"),
+    )
     pulumi.export("pool", f"{config.pool.namespace}/{config.pool.name}")
     pulumi.export("desired", config.count)
     pulumi.export("instances", pool.outputs)

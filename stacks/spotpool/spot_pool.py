@@ -12,7 +12,7 @@ import pulumi
 import tencentcloud_iac_pulumi as tencentcloud
 
 from spotpool.api.spec import ChargeType
-from spotpool.api.stackconfig import StackConfig
+from spotpool.api.stackconfig import TAG_INSTALL, StackConfig
 
 # What the cloud never reports back about an instance. An adopted instance keeps what it was
 # created with: setting these again would reset its password or, for hostname, reinstall it.
@@ -28,11 +28,13 @@ class SpotPool(pulumi.ComponentResource):
         config: StackConfig,
         login_password: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
+        install: str | None = None,
     ) -> None:
         super().__init__("spotpool:index:SpotPool", name, None, opts)
         self._name = name
         self._config = config
         self._password = login_password
+        self._install = install  # tagged on every instance: only its install sweeps orphans
         self.instances = [self._slot(slot) for slot in range(config.count)]
         self.outputs = pulumi.Output.all(
             *[self._describe(slot, inst) for slot, inst in enumerate(self.instances)]
@@ -66,7 +68,10 @@ class SpotPool(pulumi.ComponentResource):
             key_ids=c.key_ids or None,
             password=self._password,
             user_data_raw=c.user_data,
-            tags=c.instance_tags(slot),
+            tags={
+                **c.instance_tags(slot),
+                **({TAG_INSTALL: self._install} if self._install else {}),
+            },
             opts=pulumi.ResourceOptions(
                 parent=self,
                 # A spot instance cannot be resized in place: a new type means new instances.
@@ -75,6 +80,10 @@ class SpotPool(pulumi.ComponentResource):
                 ignore_changes=NOT_READ_BACK if adopted else None,
             ),
         )
+
+    def _tags(self, slot: int) -> dict[str, str]:
+        tags = self._config.instance_tags(slot)
+        return {**tags, TAG_INSTALL: self._install} if self._install else tags
 
     @staticmethod
     def _describe(slot: int, inst: tencentcloud.instance.Instance) -> pulumi.Output[Any]:

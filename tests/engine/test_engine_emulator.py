@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from spotpool.api.stackconfig import TAG_INSTALL
 from spotpool.engine import cloud
 from spotpool.engine.results import OperationKind
-from spotpool.engine.stack import EngineError
+from spotpool.engine.stack import EngineError, PoolStack
 from tests.emulator.harness import SECRET_ID, SECRET_KEY, run_spot, wait_until
 from tests.engine.conftest import REGION, EngineWorld
 
@@ -180,7 +181,7 @@ def test_refresh_terminates_instances_tagged_for_the_pool_but_not_in_its_state(
         count=1,
         zone="ap-singapore-2",
         instance_type="GN7.2XLARGE32",
-        tags=config.instance_tags(5),
+        tags={**config.instance_tags(5), TAG_INSTALL: "default"},
         ImageId="img-eb30mz89",
     )
     assert set(stray) <= set(world.cloud_instances(stack))
@@ -191,11 +192,37 @@ def test_refresh_terminates_instances_tagged_for_the_pool_but_not_in_its_state(
     wait_until(lambda: set(world.cloud_instances(stack)) == {owned[0]}, "the stray's end", 30)
 
 
+def test_another_writers_young_instance_and_another_installs_are_left_alone(
+    world: EngineWorld,
+) -> None:
+    """A second writer's create in flight (tagged for the pool, young, not in this state) and
+    an instance of another install sharing the account are never terminated."""
+    stack = world.pool()
+    stack.up(world.config(stack, 1))
+    config = world.config(stack, 1)
+    client = cloud.cvm(world.credentials, REGION, world.emulator.endpoint)
+    spot = {"zone": "ap-singapore-2", "instance_type": "GN7.2XLARGE32", "ImageId": "img-eb30mz89"}
+    in_flight = run_spot(client, count=1, tags={**config.instance_tags(4), TAG_INSTALL: "default"},
+                         **spot)  # fmt: skip
+    other = run_spot(client, count=1, tags={**config.instance_tags(5), TAG_INSTALL: "staging"},
+                     **spot)  # fmt: skip
+    careful = world.settings.model_copy(update={"orphan_min_age": 900.0})
+    stack = PoolStack(stack.pool, careful, world.credentials, REGION)
+
+    result = stack.refresh()
+    stack.up(world.config(stack, 1))
+
+    assert {*in_flight, *other} <= set(world.cloud_instances(stack))
+    notes = " ".join(result.recovered)
+    assert f"left orphaned instance {in_flight[0]} alone: young" in notes
+    assert f"left orphaned instance {other[0]} alone: made by another install" in notes
+
+
 def test_a_checkpoint_whose_metadata_a_kill_left_empty_is_mended(world: EngineWorld) -> None:
     stack = world.pool()
     first = _ids_by_slot(stack.up(world.config(stack, 1)).instances)
     backend = Path(world.settings.backend_url.removeprefix("file://"))
-    (attrs,) = backend.glob(f".pulumi/stacks/**/{stack.name}.json.attrs")
+    (attrs,) = backend.glob(f".pulumi/stacks/**/{stack.name}.json.gz.attrs")
     attrs.write_text("")  # as a SIGKILL between its create and its write leaves it
 
     result = stack.up(world.config(stack, 1))

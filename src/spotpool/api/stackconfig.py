@@ -23,6 +23,7 @@ CONFIG_KEY = f"{PROJECT}:pool"
 TAG_POOL_UID = "spotpool-pool-uid"
 TAG_POOL = "spotpool-pool"
 TAG_SLOT = "spotpool-slot"
+TAG_INSTALL = "spotpool-install"  # the install that made it; set by the program from config
 
 
 class PoolIdentity(Model):

@@ -9,6 +9,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
@@ -17,7 +18,7 @@ from tencentcloud.common.profile.client_profile import ClientProfile
 from tencentcloud.common.profile.http_profile import HttpProfile
 from tencentcloud.cvm.v20170312 import cvm_client, models
 
-from spotpool.api.stackconfig import TAG_POOL_UID, TAG_SLOT
+from spotpool.api.stackconfig import TAG_INSTALL, TAG_POOL_UID, TAG_SLOT
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.ratelimit import BUCKETS
 
@@ -76,6 +77,8 @@ class TaggedInstance(BaseModel):
     state: str
     instance_type: str
     zone: str
+    install: str | None = Field(None, description="The install that made it (its tag).")
+    created: datetime | None = None
 
 
 class FleetInstance(TaggedInstance):
@@ -109,12 +112,21 @@ def _tagged(client: cvm_client.CvmClient, tag_filter: dict[str, Any]) -> list[Fl
                 instance_type=item.InstanceType,
                 zone=item.Placement.Zone,
                 pool_uid=_tag(item, TAG_POOL_UID) or "",
+                install=_tag(item, TAG_INSTALL),
+                created=_created(item),
             )
             for item in reply.InstanceSet
         ]
         offset += len(reply.InstanceSet)
         if not reply.InstanceSet or offset >= reply.TotalCount:
             return found
+
+
+def _created(instance: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(instance.CreatedTime).replace("Z", "+00:00"))
+    except (TypeError, ValueError):
+        return None
 
 
 def _tag(instance: Any, key: str) -> str | None:

@@ -14,7 +14,7 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,18 +23,19 @@ from tencentcloud.cvm.v20170312 import cvm_client
 
 from spotpool.engine import cloud
 from spotpool.engine.errors import StackLockedError
+from spotpool.engine.orphans import GONE_STATES, Action, Decision, Situation, Tagged, decide
 from spotpool.engine.ownership import LockOwner, Writer, decide_lock
 
 if TYPE_CHECKING:
     from spotpool.api.stackconfig import StackConfig
     from spotpool.engine.stack import PoolStack
 
-GONE_STATES = {"TERMINATING", "SHUTDOWN", "LAUNCH_FAILED"}
+__all__ = ["GONE_STATES", "Orphans", "repair", "sweep_orphans"]
 
 
 def repair(pool: "PoolStack", stack: auto.Stack, state: Mapping[str, Any]) -> list[str]:
     """What was repaired, given the stack's current state; nothing to say if nothing was.
-    What a killed run created but never recorded is an orphan: see `settle_orphans`."""
+    What a killed run created but never recorded is an orphan: see `sweep_orphans`."""
     notes = break_stale_locks(pool)
     pending = state.get("pending_operations") or []
     if pending:
@@ -45,52 +46,88 @@ def repair(pool: "PoolStack", stack: auto.Stack, state: Mapping[str, Any]) -> li
 
 @dataclass
 class Orphans:
-    """The pool's tagged instances that its state does not hold, sorted out."""
+    """What one sweep decided about the pool's orphans."""
 
     adoptable: dict[int, tuple[str, str]] = field(default_factory=dict)  # slot -> (id, type)
-    terminated: list[str] = field(default_factory=list)
+    terminated: list[Decision] = field(default_factory=list)
+    left: list[Decision] = field(default_factory=list)
 
     def notes(self, adopted: str = "adopted") -> list[str]:
         """`adopted`: what happens to the adoptable ones ("adopted", "adopted by the next up")."""
-        notes = [f"terminated {len(self.terminated)} orphaned instance(s): "
-                 + ", ".join(self.terminated)] if self.terminated else []  # fmt: skip
-        return notes + [
-            f"orphaned instance {instance_id} of slot {slot} {adopted}"
-            for slot, (instance_id, _) in sorted(self.adoptable.items())
-        ]
+        return (
+            [f"terminated orphaned instance {d.instance_id}: {d.reason}" for d in self.terminated]
+            + [
+                f"orphaned instance {instance_id} of slot {slot} {adopted}"
+                for slot, (instance_id, _) in sorted(self.adoptable.items())
+            ]
+            + [f"left orphaned instance {d.instance_id} alone: {d.reason}" for d in self.left]
+        )
 
 
-def settle_orphans(
-    pool: "PoolStack", config: "StackConfig | None", owned: Mapping[int, str]
+def sweep_orphans(
+    pool: "PoolStack",
+    config: "StackConfig | None",
+    owned: Mapping[int, str],
+    cap: int,
+    dead_run_slots: frozenset[int] = frozenset(),
 ) -> Orphans:
     """Find the instances tagged with this pool that its state (`owned`: slot -> id) does not
-    hold. One per free slot of `config`, of one of its instance types and in the slot's zone,
-    can be adopted (a spot GPU is scarce: keeping it beats asking for another); every other
-    one is terminated. Call it only while holding the stack's lock, so no run of ours is
-    between creating and recording one."""
-    found = Orphans()
-    taken = set(owned.values())
+    hold, decide each (orphans.py) and terminate the ones decided so. Call it only while
+    holding the stack's in-process lock, so no run of ours is between creating and recording
+    one; another writer's lock on the stack stops every termination."""
     client = _client(pool)
-    for item in sorted(cloud.pool_instances(client, pool.pool.uid),
-                       key=lambda item: item.instance_id):  # fmt: skip
-        if item.instance_id in taken or item.state in GONE_STATES:
-            continue
-        slot = item.slot
-        if (
-            config is not None
-            and slot is not None
-            and slot < config.count
-            and slot not in owned
-            and slot not in found.adoptable
-            and item.instance_type in config.instance_types
-            and item.zone == config.zone_of(slot)  # a zone cannot change in place
-        ):
-            found.adoptable[slot] = (item.instance_id, item.instance_type)
+    tagged = [
+        Tagged(
+            instance_id=i.instance_id, slot=i.slot, state=i.state, instance_type=i.instance_type,
+            zone=i.zone, install=i.install, created=i.created,
+        )
+        for i in cloud.pool_instances(client, pool.pool.uid)
+    ]  # fmt: skip
+    writer = pool.settings.writer
+    holds_lease = writer is None or writer.lease is None or writer.lease.held()
+    situation = Situation(
+        config=config,
+        owned=owned,
+        install_id=pool.settings.install_id,
+        may_terminate=holds_lease and not _any_lock(pool),
+        now=datetime.now(UTC),
+        min_age=timedelta(seconds=pool.settings.orphan_min_age),
+        cap=max(1, cap),
+        dead_run_slots=dead_run_slots,
+    )
+    found = Orphans()
+    for decision in decide(situation, tagged):
+        if decision.action is Action.ADOPT and decision.slot is not None:
+            found.adoptable[decision.slot] = (decision.instance_id, decision.instance_type)
+        elif decision.action is Action.TERMINATE:
+            found.terminated.append(decision)
         else:
-            found.terminated.append(item.instance_id)
+            found.left.append(decision)
     if found.terminated:
-        cloud.terminate(client, found.terminated)
+        cloud.terminate(client, [d.instance_id for d in found.terminated])
     return found
+
+
+def _any_lock(pool: "PoolStack") -> bool:
+    """Another run holds the stack's Pulumi lock right now (checked just before terminating;
+    a remote backend's locks cannot be listed from here, so it counts as locked)."""
+    root = _file_backend_root(pool)
+    if root is None:
+        return True
+    return any((root / "locks").glob(f"**/{pool.name}/*.json"))
+
+
+def pending_slots(state: Mapping[str, Any]) -> frozenset[int]:
+    """Slots a killed run was creating: its pending creates in the state name them."""
+    from spotpool.engine.stack import slot_of_urn
+
+    slots = set()
+    for pending in state.get("pending_operations") or []:
+        resource = pending.get("resource") or {}
+        slot = slot_of_urn(str(resource.get("urn", "")))
+        if slot is not None and pending.get("type") == "creating":
+            slots.add(slot)
+    return frozenset(slots)
 
 
 def _client(pool: "PoolStack") -> cvm_client.CvmClient:
@@ -119,6 +156,27 @@ def mend_backend_files(pool: "PoolStack") -> list[str]:
             continue
         notes.append(f"removed the half-written backend file {attrs.name} of a killed run")
     return notes
+
+
+def prune_history(pool: "PoolStack") -> list[str]:
+    """Keep the stack's last `history_keep` updates in a file backend's history (each is a
+    history entry and a full checkpoint copy): without this, every operation adds ~18 KiB
+    per 2-instance pool for ever. Says nothing: pruning is housekeeping, not a repair."""
+    root = _file_backend_root(pool)
+    keep = pool.settings.history_keep
+    if root is None or keep <= 0:
+        return []
+    entries: dict[str, list[Path]] = {}
+    for directory in (root / "history").glob(f"**/{pool.name}"):
+        for path in directory.iterdir():
+            # <stack>-<unix nanoseconds>.history.json[.gz][.attrs] and .checkpoint.json…
+            stamp = path.name.removeprefix(f"{pool.name}-").split(".", 1)[0]
+            if stamp.isdigit():
+                entries.setdefault(stamp, []).append(path)
+    for stamp in sorted(entries, key=int)[:-keep]:
+        for path in entries[stamp]:
+            path.unlink(missing_ok=True)
+    return []
 
 
 def _file_backend_root(pool: "PoolStack") -> Path | None:

@@ -38,6 +38,20 @@ class EngineSettings(BaseModel):
         1800.0, gt=0, description="Seconds an operation may run before it is killed."
     )
 
+    install_id: str = Field(
+        "default",
+        min_length=1,
+        max_length=63,
+        description="Names this install on every instance it makes (tag spotpool-install): "
+        "only its own orphans are ever adopted or terminated.",
+    )
+    orphan_min_age: float = Field(
+        900.0, ge=0, description="Seconds before an orphan may be another writer's create."
+    )
+    history_keep: int = Field(
+        10, ge=0, description="Updates kept in each stack's history (0: keep all)."
+    )
+
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     @classmethod

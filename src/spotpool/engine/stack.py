@@ -90,6 +90,7 @@ class PoolStack:
         self.credentials = credentials
         self.region = region
         self.on_progress = on_progress
+        self._dead_run_slots: frozenset[int] = frozenset()  # a killed run was creating these
 
     @property
     def name(self) -> str:
@@ -103,7 +104,9 @@ class PoolStack:
         with self._operation(OperationKind.UP) as (stack, result, state):
             owned = _ids_by_slot(state)
             config = _carried_over(config, state, owned)
-            orphans = recovery.settle_orphans(self, config, owned)
+            orphans = recovery.sweep_orphans(
+                self, config, owned, cap=config.count, dead_run_slots=self._dead_run_slots
+            )
             config = config.adopting(orphans.adoptable)
             result.recovered += orphans.notes()
             while True:
@@ -163,7 +166,11 @@ class PoolStack:
             result.changes = changes_from_summary(reply.summary.resource_changes)
             result.gone_slots = sorted(slot for slot in before if slot not in after)
             owned = {slot: item.instance_id for slot, item in after.items()}
-            orphans = recovery.settle_orphans(self, _previous_config(state), owned)
+            previous = _previous_config(state)
+            orphans = recovery.sweep_orphans(
+                self, previous, owned, cap=previous.count if previous else len(owned),
+                dead_run_slots=self._dead_run_slots,
+            )  # fmt: skip
             result.orphan_slots = sorted(orphans.adoptable)
             result.recovered += orphans.notes("adopted by the next up")
             result.instances = [after[slot] for slot in sorted(after)]
@@ -199,11 +206,14 @@ class PoolStack:
         )
 
     def destroy(self, remove_stack: bool = True) -> OperationResult:
-        with self._operation(OperationKind.DESTROY) as (stack, result, _):
+        with self._operation(OperationKind.DESTROY) as (stack, result, state):
+            held = len(slots_in(state))
             reply = stack.destroy(on_event=self._printer(), color="never")
             result.changes = changes_from_summary(reply.summary.resource_changes)
             # The state is empty now: any instance still tagged for the pool would leak.
-            result.recovered += recovery.settle_orphans(self, None, {}).notes()
+            result.recovered += recovery.sweep_orphans(
+                self, None, {}, cap=held, dead_run_slots=self._dead_run_slots
+            ).notes()
             if remove_stack:
                 stack.workspace.remove_stack(self.name)
                 self._forget_known()
@@ -267,6 +277,7 @@ class PoolStack:
                     state: Mapping[str, Any] = {}
                 else:
                     mended = recovery.mend_backend_files(self)
+                    self._dead_run_slots = recovery.pending_slots(_export(known.stack))
                     if mended:
                         known = self._known(reselect=True)
                     state = _export(known.stack)
@@ -289,6 +300,7 @@ class PoolStack:
                 raise
             finally:
                 watchdog.cancel()
+            result.recovered += recovery.prune_history(self)
             result.seconds = round(time.monotonic() - started, 2)
 
     def _known(self, reselect: bool = False) -> _Known:
@@ -347,6 +359,10 @@ class PoolStack:
             # The plugins are installed in Pulumi's home; the copies beside the CLI on PATH
             # would only earn a warning on every run.
             "PULUMI_IGNORE_AMBIENT_PLUGINS": "true",
+            # A bounded backend: compressed checkpoints and no .bak copy beside each one (the
+            # history keeps the last few; recovery never needs the backup).
+            "PULUMI_DIY_BACKEND_GZIP": "true",
+            "PULUMI_DIY_BACKEND_DISABLE_CHECKPOINT_BACKUPS": "true",
             "TENCENTCLOUD_REGION": self.region,
             **self.credentials.provider_env(),
         }
@@ -365,7 +381,7 @@ class PoolStack:
     ) -> None:
         """Set the stack's config and tags, skipping the CLI runs when this process already set
         exactly these values."""
-        plain = config.to_pulumi_config()
+        plain = {**config.to_pulumi_config(), f"{PROJECT}:installId": self.settings.install_id}
         values = {key: auto.ConfigValue(value) for key, value in plain.items()}
         if password is not None:
             values[f"{PROJECT}:loginPassword"] = auto.ConfigValue(password, secret=True)
