@@ -46,6 +46,11 @@ def _passphrase(passphrase_file: Path | None) -> SecretStr:
     return SecretStr(from_env)
 
 
+def _install_id(lease_namespace: str | None, lease_name: str) -> str:
+    """One install = one Lease: its namespace and name, stable across restarts."""
+    return f"{lease_namespace}.{lease_name}" if lease_namespace else "default"
+
+
 def _pod_namespace() -> str | None:
     """The namespace this pod runs in (its service account says), or None outside a pod."""
     mounted = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -162,6 +167,13 @@ def run(
         envvar="SPOTPOOL_OPERATION_TIMEOUT",
         help="A Pulumi operation running longer is killed with its plugins, and retried.",
     ),
+    install_id: str | None = typer.Option(
+        None,
+        "--install-id",
+        envvar="SPOTPOOL_INSTALL_ID",
+        help="Names this install on every instance it makes; only its own orphans are ever "
+        "adopted or terminated. Default: LEASE_NAMESPACE.LEASE_NAME, or 'default' by hand.",
+    ),
     history_keep: int = typer.Option(
         10,
         "--history-keep",
@@ -209,6 +221,7 @@ def run(
     import kopf
 
     from spotpool.engine.settings import EngineSettings, state_root
+    from spotpool_operator import logmask
     from spotpool_operator.fleet import ProbeSettings
     from spotpool_operator.runner import run as run_operator
     from spotpool_operator.settings import OperatorSettings
@@ -228,6 +241,7 @@ def run(
         timeout_seconds = _seconds(operation_timeout)
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--operation-timeout") from None
+    lease_home = lease_namespace or _pod_namespace()
     state = state_root()
     backend_url = backend or f"file://{state / 'backend'}"
     if backend_url.startswith("file://"):
@@ -241,6 +255,7 @@ def run(
                 cloud_endpoint=cloud_endpoint or None,
                 operation_timeout=timeout_seconds,
                 history_keep=history_keep,
+                install_id=install_id or _install_id(lease_home, lease_name),
             ),
             namespaces=namespaces,
             all_namespaces=all_namespaces or not namespaces,
@@ -249,7 +264,7 @@ def run(
             full_refresh_every=full_refresh_every,
             probe=ProbeSettings(budget=probe_budget),
             lease_name=lease_name,
-            lease_namespace=lease_namespace or _pod_namespace(),
+            lease_namespace=lease_home,
             lease_duration=lease_seconds,
             rate_limits=_rate_limits(api_limit),
             metrics_host=metrics_host,
@@ -261,4 +276,5 @@ def run(
     kopf.configure(
         verbose=verbose, log_format=kopf.LogFormat[log_format.name.upper()], log_prefix=True
     )
+    logmask.install()
     run_operator(settings)

@@ -296,6 +296,7 @@ class Reconciler:
         before: dict[int | None, str],
         started: datetime,
     ) -> None:
+        self._post_recovered(ref, result)
         status = render.refreshed(pool.status, result, started, self.clock())
         if result.gone_slots:
             gone = ", ".join(
@@ -471,11 +472,7 @@ class Reconciler:
         status = render.converged(pool.status, result, ref.generation, started, self.clock())
         await self._write(pool, ref, status)
         self._watch(ref, pool, credentials, spec.region)
-        if result.recovered:
-            ref.logger.warning("recovered: %s", "; ".join(result.recovered))
-            self.events.post(
-                ref.event_ref(), "Normal", "Recovered", "; ".join(result.recovered)[:1000]
-            )
+        self._post_recovered(ref, result)
         before = {i.instance_id for i in previous.instances}
         after = {i.instance_id for i in status.instances}
         if before != after or result.changes.update:
@@ -492,6 +489,20 @@ class Reconciler:
             status.replicas,
         )  # fmt: skip
         return result
+
+    def _post_recovered(self, ref: PoolRef, result: OperationResult) -> None:
+        """What the engine repaired: an Event for each terminated orphan, one for the rest."""
+        terminated = [n for n in result.recovered if n.startswith("terminated orphaned")]
+        left = [n for n in result.recovered if n.startswith("left orphaned")]
+        rest = [n for n in result.recovered if n not in terminated and n not in left]
+        for note in left:  # said again on every pass while it lasts: a log line, not an Event
+            ref.logger.info("%s", note)
+        for note in terminated:
+            ref.logger.warning("%s", note)
+            self.events.post(ref.event_ref(), "Warning", "OrphanTerminated", note[:1000])
+        if rest:
+            ref.logger.warning("recovered: %s", "; ".join(rest))
+            self.events.post(ref.event_ref(), "Normal", "Recovered", "; ".join(rest)[:1000])
 
     def _with_identity(
         self, status: SpotpoolStatus, ref: PoolRef, spec: SpotpoolSpec

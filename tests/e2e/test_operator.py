@@ -192,7 +192,7 @@ def test_one_pool_without_capacity_fails_alone(world: OperatorWorld) -> None:
 
     condition = world.wait_until(degraded, "starved to say it is degraded")
     assert condition["reason"] == "ResourceInsufficient", condition
-    assert "spot capacity" in str(condition["message"])
+    assert "no spot stock" in str(condition["message"])
     assert world.status(ns, "starved")["phase"] == "Degraded"
     assert world.condition(ns, "starved", "Ready")["status"] == "False"
     assert ("Warning", "ResourceInsufficient") in [

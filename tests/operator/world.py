@@ -106,7 +106,7 @@ class OperatorWorld:
             str(SPOTPOOL), "operator", "run", "--all-namespaces",
             "--metrics-port", str(self.metrics_port),
             "--liveness-port", str(self.liveness_port),
-            "--log-format", "full",
+            "--log-format", "full", "--verbose",  # debug logs: secrets must stay out of them too
         ]  # fmt: skip
         if self.hostname:  # a replaced pod: same code, another hostname
             command = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',

@@ -5,7 +5,8 @@ An orphan is usually what a killed run created but never recorded. It may also b
 writer's create still in flight (a second install on the same account, a person's
 `pulumi up`, a restored backup), so terminating is the last resort and is fenced:
 
-- only instances tagged with this install are ever adopted or terminated;
+- only instances tagged with this install (or with no install tag: made before installs
+  were tagged) are ever adopted or terminated;
 - never an instance younger than the longest possible create, unless it belongs to a slot a
   killed run of this stack was creating (its pending create proves whose it is);
 - only while this writer holds the stack and its Lease, and no other lock is on the stack;
@@ -77,9 +78,9 @@ def decide(situation: Situation, tagged: list[Tagged]) -> list[Decision]:
                 Decision(item.instance_id, action, item.slot, item.instance_type, reason)
             )
 
-        if item.install != situation.install_id:
-            say(Action.LEAVE, f"made by another install ({item.install or 'untagged'})")
-            continue
+        if item.install is not None and item.install != situation.install_id:
+            say(Action.LEAVE, f"made by another install ({item.install})")
+            continue  # (untagged: made before installs were tagged, by this pool's writer)
         from_dead_run = item.slot is not None and item.slot in situation.dead_run_slots
         young = item.created is None or situation.now - item.created < situation.min_age
         if young and not from_dead_run:

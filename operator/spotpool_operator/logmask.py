@@ -1,0 +1,37 @@
+"""Secrets never reach a log line, at any level.
+
+kopf logs whole objects and patches at debug level (`operator run -v`): a Spotpool with
+inline keys, or the last-handled-configuration annotation kopf keeps of its spec, would print
+`secretKey`. The filter masks the value of every secret-named field in every record, however
+it is quoted (a dict's repr, JSON, JSON inside a JSON string).
+"""
+
+import logging
+import re
+
+_SECRET_FIELDS = r"secretKey|SecretKey|secret_key|password|Password|loginPassword|passphrase"
+_PATTERN = re.compile(
+    r"(?P<key>(?:\\*[\"'])?(?:" + _SECRET_FIELDS + r")(?:\\*[\"'])?\s*[:=]\s*)"
+    r"(?P<quote>\\*[\"'])(?P<value>.*?)(?P=quote)"
+)
+MASK = "***"
+
+
+def mask(text: str) -> str:
+    return _PATTERN.sub(lambda m: f"{m['key']}{m['quote']}{MASK}{m['quote']}", text)
+
+
+class SecretMask(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = mask(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
+
+
+def install() -> None:
+    """Mask on every handler of the root logger (kopf's and ours)."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, SecretMask) for f in handler.filters):
+            handler.addFilter(SecretMask())
