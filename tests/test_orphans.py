@@ -81,11 +81,11 @@ def test_wrong_zone_wrong_type_owned_slot_or_no_slot_are_terminated() -> None:
     assert len(found) == 5
 
 
-def test_another_installs_or_untagged_instances_are_left_alone() -> None:
+def test_another_installs_instances_are_left_alone_untagged_ones_are_ours() -> None:
     found = decide(
         situation(), [tagged("ins-b", 5, install="staging"), tagged("ins-c", 5, install=None)]
     )
-    assert actions(found) == {"ins-b": Action.LEAVE, "ins-c": Action.LEAVE}
+    assert actions(found) == {"ins-b": Action.LEAVE, "ins-c": Action.TERMINATE}
     assert "another install" in found[0].reason
 
 
