@@ -22,6 +22,7 @@ from pulumi import automation as auto
 from tencentcloud.cvm.v20170312 import cvm_client
 
 from spotpool.engine import cloud
+from spotpool.engine.backend_files import ROOT, BackendFiles, open_backend
 from spotpool.engine.errors import StackLockedError
 from spotpool.engine.orphans import GONE_STATES, Action, Decision, Situation, Tagged, decide
 from spotpool.engine.ownership import LockOwner, Writer, decide_lock
@@ -110,11 +111,9 @@ def sweep_orphans(
 
 def _any_lock(pool: "PoolStack") -> bool:
     """Another run holds the stack's Pulumi lock right now (checked just before terminating;
-    a remote backend's locks cannot be listed from here, so it counts as locked)."""
-    root = _file_backend_root(pool)
-    if root is None:
-        return True
-    return any((root / "locks").glob(f"**/{pool.name}/*.json"))
+    a backend whose files cannot be listed from here counts as locked)."""
+    files = open_backend(pool.settings.backend_url)
+    return files is None or bool(_lock_keys(files, pool.name))
 
 
 def pending_slots(state: Mapping[str, Any]) -> frozenset[int]:
@@ -159,23 +158,25 @@ def mend_backend_files(pool: "PoolStack") -> list[str]:
 
 
 def prune_history(pool: "PoolStack") -> list[str]:
-    """Keep the stack's last `history_keep` updates in a file backend's history (each is a
+    """Keep the stack's last `history_keep` updates in the backend's history (each is a
     history entry and a full checkpoint copy): without this, every operation adds ~18 KiB
     per 2-instance pool for ever. Says nothing: pruning is housekeeping, not a repair."""
-    root = _file_backend_root(pool)
+    files = open_backend(pool.settings.backend_url)
     keep = pool.settings.history_keep
-    if root is None or keep <= 0:
+    if files is None or keep <= 0:
         return []
-    entries: dict[str, list[Path]] = {}
-    for directory in (root / "history").glob(f"**/{pool.name}"):
-        for path in directory.iterdir():
-            # <stack>-<unix nanoseconds>.history.json[.gz][.attrs] and .checkpoint.json…
-            stamp = path.name.removeprefix(f"{pool.name}-").split(".", 1)[0]
-            if stamp.isdigit():
-                entries.setdefault(stamp, []).append(path)
+    entries: dict[str, list[str]] = {}
+    for key in files.keys(f"{ROOT}/history/"):
+        directory, _, name = key.rpartition("/")
+        if directory.rsplit("/", 1)[-1] != pool.name or name.endswith(".attrs"):
+            continue
+        # <stack>-<unix nanoseconds>.history.json[.gz] and .checkpoint.json[.gz]
+        stamp = name.removeprefix(f"{pool.name}-").split(".", 1)[0]
+        if stamp.isdigit():
+            entries.setdefault(stamp, []).append(key)
     for stamp in sorted(entries, key=int)[:-keep]:
-        for path in entries[stamp]:
-            path.unlink(missing_ok=True)
+        for key in entries[stamp]:
+            files.delete(key)
     return []
 
 
@@ -188,32 +189,37 @@ def _file_backend_root(pool: "PoolStack") -> Path | None:
     return Path(backend.removeprefix("file://")) / ".pulumi"
 
 
+def _lock_keys(files: BackendFiles, stack: str) -> list[str]:
+    return [
+        key
+        for key in files.keys(f"{ROOT}/locks/")
+        if key.endswith(".json") and key.rsplit("/", 2)[-2] == stack
+    ]
+
+
 def break_stale_locks(pool: "PoolStack") -> list[str]:
-    """Remove exactly the stack's lock files whose owners are provably gone (ownership.py);
-    raise StackLockedError naming any other owner. Never `pulumi cancel`, which removes every
-    lock, a live owner's too."""
-    root = _file_backend_root(pool)
-    if root is None:
+    """Remove exactly the stack's lock files whose owners are provably gone (ownership.py), on
+    a file or an S3 backend; raise StackLockedError naming any other owner. Never `pulumi
+    cancel`, which removes every lock, a live owner's too."""
+    files = open_backend(pool.settings.backend_url)
+    if files is None:
         return []
     writer = pool.settings.writer or Writer(socket.gethostname(), os.getpid())
     now = datetime.now(UTC)
     notes, kept = [], []
-    for lock_file in sorted((root / "locks").glob(f"**/{pool.name}/*.json")):
+    for key in _lock_keys(files, pool.name):
         try:
-            owner = LockOwner.parse(
-                str(lock_file.relative_to(root)), json.loads(lock_file.read_text())
-            )
-        except FileNotFoundError:
-            continue  # its run just ended
-        except (OSError, ValueError):
-            kept.append(f"{lock_file.name} (unreadable)")
+            owner = LockOwner.parse(key, json.loads(files.read(key)))
+        except (OSError, ValueError) as error:
+            if isinstance(error, FileNotFoundError) or "NoSuchKey" in str(error):
+                continue  # its run just ended
+            kept.append(f"{key.rsplit('/', 1)[-1]} (unreadable)")
             continue
         decision = decide_lock(owner, writer, _alive)
         if not decision.break_it:
             kept.append(f"{owner.describe(now)}: {decision.reason}")
             continue
-        lock_file.unlink(missing_ok=True)
-        lock_file.with_name(lock_file.name + ".attrs").unlink(missing_ok=True)
+        files.delete(key)
         notes.append(f"removed the lock of {owner.describe(now)}: {decision.reason}")
     if kept:
         raise StackLockedError(

@@ -17,6 +17,7 @@ TERRAFORM_BRIDGE_VERSION = "v3.24.1"
 KUBERNETES_PLUGIN_VERSION = "4.34.2"
 KUBERNETES_VERSION = "1.36.3"
 ETCD_VERSION = "3.6.8"  # the etcd that k8s.io/kubernetes v1.36.3 itself pins
+VERSITYGW_VERSION = "1.8.0"  # an S3 gateway over a directory: the shared-backend tests' S3
 
 
 class GoBuild(BaseModel):
@@ -221,5 +222,23 @@ def _kubernetes_command(name: str) -> Tool:
 
 
 TOOLS += [_kubernetes_command("kube-apiserver"), _kubernetes_command("kubectl")]
+TOOLS.append(
+    Tool(
+        name="versitygw",
+        version=VERSITYGW_VERSION,
+        binary="versitygw",
+        version_args=["--version"],
+        download_url=(
+            f"https://github.com/versity/versitygw/releases/download/v{VERSITYGW_VERSION}/"
+            f"versitygw_v{VERSITYGW_VERSION}_Linux_x86_64.tar.gz"
+        ),
+        download_member="versitygw",
+        build=GoBuild(
+            module="github.com/versity/versitygw",
+            version=f"v{VERSITYGW_VERSION}",
+            package="github.com/versity/versitygw/cmd/versitygw",
+        ),
+    )
+)
 
 TOOLS_BY_NAME = {tool.name: tool for tool in TOOLS}

@@ -1,0 +1,91 @@
+"""The files of a self-managed Pulumi backend — `file://` or `s3://` — as keys under `.pulumi/`,
+for what the engine must do beside Pulumi: read and remove exactly the lock files it verified,
+and prune old history. One small interface, two stores.
+
+An `s3://bucket[/prefix]?endpoint=…&use_path_style=true&region=…` URL is the one Pulumi
+itself takes (gocloud's s3blob); credentials come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY,
+as for Pulumi. Tencent COS speaks the same API (endpoint `https://cos.<region>.myqcloud.com`).
+"""
+
+import os
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import parse_qs, urlsplit
+
+from minio import Minio
+
+ROOT = ".pulumi"
+
+
+class BackendFiles(Protocol):
+    def keys(self, prefix: str) -> list[str]:
+        """Keys (relative to the backend root, e.g. `.pulumi/locks/…`) under `prefix`."""
+        ...
+
+    def read(self, key: str) -> bytes: ...
+
+    def delete(self, key: str) -> None: ...
+
+
+class FileBackend:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def keys(self, prefix: str) -> list[str]:
+        base = self.root / prefix
+        if not base.exists():
+            return []
+        return sorted(str(p.relative_to(self.root)) for p in base.rglob("*") if p.is_file())
+
+    def read(self, key: str) -> bytes:
+        return (self.root / key).read_bytes()
+
+    def delete(self, key: str) -> None:
+        (self.root / key).unlink(missing_ok=True)
+        (self.root / f"{key}.attrs").unlink(missing_ok=True)  # fileblob's metadata beside it
+
+
+class S3Backend:
+    def __init__(self, client: Minio, bucket: str, prefix: str) -> None:
+        self.client, self.bucket, self.prefix = client, bucket, prefix.strip("/")
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def keys(self, prefix: str) -> list[str]:
+        found = self.client.list_objects(self.bucket, prefix=self._key(prefix), recursive=True)
+        skip = len(self.prefix) + 1 if self.prefix else 0
+        return sorted(str(item.object_name)[skip:] for item in found if item.object_name)
+
+    def read(self, key: str) -> bytes:
+        reply = self.client.get_object(self.bucket, self._key(key))
+        try:
+            return reply.read()
+        finally:
+            reply.close()
+            reply.release_conn()
+
+    def delete(self, key: str) -> None:
+        self.client.remove_object(self.bucket, self._key(key))
+
+
+def open_backend(url: str) -> BackendFiles | None:
+    """The backend at `url`, or None for one whose files are not ours to touch (Pulumi Cloud)."""
+    if url.startswith("file://"):
+        return FileBackend(Path(url.removeprefix("file://")))
+    if not url.startswith("s3://"):
+        return None
+    parts = urlsplit(url)
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    endpoint = query.get("endpoint") or "s3.amazonaws.com"
+    secure = not endpoint.startswith("http://") and query.get("disable_https") != "true"
+    host = endpoint.split("://", 1)[-1].rstrip("/")
+    client = Minio(
+        host,
+        access_key=os.environ.get("AWS_ACCESS_KEY_ID"),
+        secret_key=os.environ.get("AWS_SECRET_ACCESS_KEY"),
+        session_token=os.environ.get("AWS_SESSION_TOKEN"),
+        region=query.get("region") or os.environ.get("AWS_REGION"),
+        secure=secure,
+    )
+    return S3Backend(client, parts.netloc, parts.path)
