@@ -14,6 +14,7 @@ from pydantic import SecretStr
 
 from spotpool.api.spec import SpotpoolSpec
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
+from spotpool.cluster import s3
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.settings import EngineSettings
 from spotpool.engine.stack import PoolStack
@@ -95,11 +96,28 @@ class EngineWorld:
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[EngineWorld]:
+    yield from _world(tmp_path, f"file://{tmp_path / 'backend'}")
+
+
+@pytest.fixture
+def s3_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EngineWorld]:
+    """The same world with its state in a real S3 server (versitygw) instead of a directory."""
+    require_tool("versitygw")
+    server = s3.start(tmp_path / "s3")
+    for key, value in server.env.items():
+        monkeypatch.setenv(key, value)  # Pulumi's runs inherit them, as in a pod
+    try:
+        yield from _world(tmp_path, server.backend_url)
+    finally:
+        server.stop()
+
+
+def _world(tmp_path: Path, backend_url: str) -> Iterator[EngineWorld]:
     require_tool("pulumi")
     require_tool("pulumi-resource-tencentcloud")
     emulator = start_emulator(tmp_path / "cloud.db", tmp_path / "emulator.log", boot_seconds=0)
     settings = EngineSettings(
-        backend_url=f"file://{tmp_path / 'backend'}",
+        backend_url=backend_url,
         passphrase=SecretStr("engine-tests-passphrase"),
         work_root=tmp_path / "workspaces",
         cloud_endpoint=emulator.endpoint,

@@ -12,6 +12,7 @@ import pytest
 
 from spotpool.api.stackconfig import TAG_INSTALL
 from spotpool.engine import cloud
+from spotpool.engine.backend_files import open_backend
 from spotpool.engine.results import OperationKind
 from spotpool.engine.stack import EngineError, PoolStack
 from tests.emulator.harness import SECRET_ID, SECRET_KEY, run_spot, wait_until
@@ -129,9 +130,32 @@ stack.up(StackConfig.from_spec(identity, pool_spec(4)))
 """
 
 
-def test_killed_up_is_recovered_without_leaks_or_stuck_lock(
-    world: EngineWorld, tmp_path: Path
-) -> None:
+def test_killed_up_is_recovered_without_leaks_or_stuck_lock(world: EngineWorld) -> None:
+    _killed_up_is_recovered(world)
+
+
+def test_killed_up_is_recovered_on_an_s3_backend(s3_world: EngineWorld) -> None:
+    _killed_up_is_recovered(s3_world)
+
+
+def test_up_reclaim_replace_and_destroy_on_an_s3_backend(s3_world: EngineWorld) -> None:
+    world = s3_world
+    stack = world.pool()
+    config = world.config(stack, 2)
+    first = _ids_by_slot(stack.up(config).instances)
+    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[0]]})
+    wait_until(lambda: first[0] not in world.cloud_instances(stack), "the reclaim", timeout=30)
+    after = _ids_by_slot(stack.replace_slots(config, [0]).instances)
+    assert after[1] == first[1] and after[0] != first[0]
+    assert sorted(world.cloud_instances(stack)) == sorted(after.values())
+    files = open_backend(world.settings.backend_url)
+    assert files is not None and files.keys(".pulumi/stacks/")  # the state is in the bucket
+    stack.destroy()
+    assert world.cloud_instances(stack) == {}
+    assert not [k for k in files.keys(".pulumi/") if f"/{stack.name}" in k and "/locks/" in k]
+
+
+def _killed_up_is_recovered(world: EngineWorld) -> None:
     stack = world.pool()
     settings_json = world.settings.model_dump_json()
     settings_json = json.dumps(
@@ -165,8 +189,10 @@ def test_killed_up_is_recovered_without_leaks_or_stuck_lock(
     assert len(ids) == 4
     assert sorted(world.cloud_instances(stack)) == ids
     assert made_before_the_kill <= set(ids), "an instance the killed run made was wasted"
-    locks = Path(world.settings.backend_url.removeprefix("file://")) / ".pulumi" / "locks"
-    assert not list(locks.glob(f"**/{stack.name}/*.json"))
+    assert any("removed the lock" in note for note in result.recovered), result.recovered
+    files = open_backend(world.settings.backend_url)
+    assert files is not None
+    assert not [key for key in files.keys(".pulumi/locks/") if f"/{stack.name}/" in key]
 
 
 def test_refresh_terminates_instances_tagged_for_the_pool_but_not_in_its_state(

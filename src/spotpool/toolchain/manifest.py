@@ -237,6 +237,7 @@ TOOLS.append(
             module="github.com/versity/versitygw",
             version=f"v{VERSITYGW_VERSION}",
             package="github.com/versity/versitygw/cmd/versitygw",
+            ldflags=[_x("main.Version", f"v{VERSITYGW_VERSION}")],
         ),
     )
 )
