@@ -2,6 +2,7 @@
 engine, and `spotpool operator run` as a process of its own."""
 
 import json
+import os
 import re
 import uuid
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from spotpool.engine.backend_files import open_backend
 from tests.conftest import require_tool
 from tests.e2e.conftest import Kube
 from tests.emulator.harness import start_emulator
@@ -241,20 +243,30 @@ def test_killed_mid_up_and_replaced_under_another_hostname_converges(
 ) -> None:
     """A pod replaced mid-`up` (rollout, eviction, OOM): the whole tree dies at once and the
     next operator runs under another name. Its Lease proves the old lock's owner gone."""
+    killed_mid_up_and_replaced_under_another_hostname(world)
+
+
+def killed_mid_up_and_replaced_under_another_hostname(world: OperatorWorld) -> None:
+    backend = world.backend_url or f"file://{world.directory / 'backend'}"
+    files = open_backend(backend, {**os.environ, **world.backend_env})
+    assert files is not None
+
+    def locks(ns: str) -> list[str]:
+        return [k for k in files.keys(".pulumi/locks/") if f"/{ns}.moved/" in k]
+
     ns = world.namespace()
     world.apply(ns, pool_manifest("moved", minimum=1, maximum=6, replicas=3))
     uid = world.wait_until(
         lambda: (world.get(ns, "moved") or {}).get("metadata", {}).get("uid"), "the uid"
     )
-    locks = world.directory / "backend" / ".pulumi" / "locks"
     world.wait_until(
-        lambda: list(locks.glob(f"**/{ns}.moved/*.json")) and world.cloud(uid),
+        lambda: locks(ns) and world.cloud(uid),
         "the up holding its lock with an instance made",
         timeout=120,
     )
     world.kill()
-    (stale,) = locks.glob(f"**/{ns}.moved/*.json")  # the killed run's lock is left behind
-    old_host = json.loads(stale.read_text())["hostname"]
+    (stale,) = locks(ns)  # the killed run's lock is left behind
+    old_host = json.loads(files.read(stale))["hostname"]
     world.hostname = f"spotpool-operator-{uuid.uuid4().hex[:6]}"
     assert world.hostname != old_host
     world.start()
@@ -262,7 +274,7 @@ def test_killed_mid_up_and_replaced_under_another_hostname_converges(
 
     ids = sorted(_instance_ids(pool["status"]))
     assert sorted(world.cloud(uid)) == ids and len(set(ids)) == 3  # no leak, no duplicate
-    assert not list(locks.glob(f"**/{ns}.moved/*.json"))
+    assert not locks(ns)
     recovered = [m for _, r, m in world.events(ns, "moved") if r == "Recovered"]
     assert any(f"@{old_host}" in m and "earlier holder" in m for m in recovered), recovered
 

@@ -80,6 +80,8 @@ class OperatorWorld:
     namespaces: list[str] = field(default_factory=list)
     hostname: str | None = None  # run in a UTS namespace of its own under this name, as a pod
     lease_namespace: str | None = "default"  # hold a Lease there, as in a cluster
+    backend_url: str | None = None  # default: file:// under `directory`
+    backend_env: dict[str, str] = field(default_factory=dict)  # e.g. the S3 keys
 
     # --- the operator process ---------------------------------------------------------------
     @property
@@ -94,7 +96,8 @@ class OperatorWorld:
             "KUBECONFIG": str(self.kube.kubeconfig),
             "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
             "SPOTPOOL_WORK_DIR": str(self.directory / "workspaces"),
-            "SPOTPOOL_BACKEND_URL": f"file://{self.directory / 'backend'}",
+            "SPOTPOOL_BACKEND_URL": self.backend_url or f"file://{self.directory / 'backend'}",
+            **self.backend_env,
             "SPOTPOOL_CLOUD_ENDPOINT": self.emulator.endpoint,
             "SPOTPOOL_REFRESH_INTERVAL": str(self.refresh_seconds),
             "SPOTPOOL_MAX_CONCURRENT": "3",

@@ -8,6 +8,7 @@ as for Pulumi. Tencent COS speaks the same API (endpoint `https://cos.<region>.m
 """
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import parse_qs, urlsplit
@@ -69,8 +70,10 @@ class S3Backend:
         self.client.remove_object(self.bucket, self._key(key))
 
 
-def open_backend(url: str) -> BackendFiles | None:
-    """The backend at `url`, or None for one whose files are not ours to touch (Pulumi Cloud)."""
+def open_backend(url: str, env: Mapping[str, str] | None = None) -> BackendFiles | None:
+    """The backend at `url`, or None for one whose files are not ours to touch (Pulumi Cloud).
+    `env`: where the S3 keys are (this process's environment, as for Pulumi's runs)."""
+    env = os.environ if env is None else env
     if url.startswith("file://"):
         return FileBackend(Path(url.removeprefix("file://")))
     if not url.startswith("s3://"):
@@ -82,10 +85,10 @@ def open_backend(url: str) -> BackendFiles | None:
     host = endpoint.split("://", 1)[-1].rstrip("/")
     client = Minio(
         host,
-        access_key=os.environ.get("AWS_ACCESS_KEY_ID"),
-        secret_key=os.environ.get("AWS_SECRET_ACCESS_KEY"),
-        session_token=os.environ.get("AWS_SESSION_TOKEN"),
-        region=query.get("region") or os.environ.get("AWS_REGION"),
+        access_key=env.get("AWS_ACCESS_KEY_ID"),
+        secret_key=env.get("AWS_SECRET_ACCESS_KEY"),
+        session_token=env.get("AWS_SESSION_TOKEN"),
+        region=query.get("region") or env.get("AWS_REGION"),
         secure=secure,
     )
     return S3Backend(client, parts.netloc, parts.path)

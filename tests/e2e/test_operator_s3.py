@@ -1,0 +1,39 @@
+"""The operator on a shared S3 backend (versitygw on loopback), as replicas in a cluster use it."""
+
+from collections.abc import Iterator
+
+import pytest
+
+from spotpool.cluster import s3
+from tests.conftest import require_tool
+from tests.e2e.conftest import Kube
+from tests.e2e.test_operator import killed_mid_up_and_replaced_under_another_hostname
+from tests.emulator.harness import start_emulator
+from tests.operator.world import OperatorWorld
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def s3_world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorWorld]:
+    for tool in ("pulumi", "pulumi-resource-tencentcloud", "versitygw"):
+        require_tool(tool)
+    directory = tmp_path_factory.mktemp("operator-s3")
+    server = s3.start(directory / "s3")
+    emulator = start_emulator(directory / "cloud.db", directory / "emulator.log", boot_seconds=1)
+    operator = OperatorWorld(
+        kube, emulator, directory, backend_url=server.backend_url, backend_env=server.env
+    )
+    try:
+        operator.start()
+        yield operator
+    finally:
+        operator.stop()
+        for namespace in operator.namespaces:
+            kube.run("delete", "namespace", namespace, "--wait=false")
+        emulator.stop()
+        server.stop()
+
+
+def test_killed_mid_up_and_replaced_under_another_hostname_on_s3(s3_world: OperatorWorld) -> None:
+    killed_mid_up_and_replaced_under_another_hostname(s3_world)
