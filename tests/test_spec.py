@@ -53,6 +53,7 @@ def test_desired_count_is_replicas_else_minimum(changes: dict[str, int], expecte
         ({"secretId": None, "secretKey": None}, "set credentialsSecretRef"),
         ({"availabilityZone": None}, "set availabilityZone or availabilityZones"),
         ({"refreshInterval": "soon"}, "refreshInterval"),
+        ({"refreshInterval": "5s"}, "refreshInterval must be at least 10s"),
         ({"maximum": 5000}, "maximum"),
         ({"colour": "blue"}, "colour"),
     ],

@@ -20,6 +20,7 @@ from pydantic import SecretStr, ValidationError
 from spotpool.api.spec import DeletionPolicy, SpotpoolSpec, parse_duration
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.api.status import SpotpoolStatus
+from spotpool.engine import cloud_errors
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.results import OperationResult
 from spotpool_operator import status as render
@@ -279,9 +280,15 @@ class Reconciler:
             return False  # short: let refresh and up look at it
         try:
             alive = await asyncio.to_thread(self.cloud_lookup, ref.identity, credentials, region)
-        except Exception as error:  # the full refresh will say what is wrong
+        except Exception as error:
+            code = str(getattr(error, "code", "") or error)
+            if cloud_errors.is_throttled(code):
+                # Throttled: a full refresh would make ~5 calls per instance. Back off instead.
+                raise PoolProblem(
+                    "Throttled", f"the quick cloud check was throttled ({code}); backing off"
+                ) from None
             ref.logger.info("quick cloud check failed (%s); refreshing", type(error).__name__)
-            return False
+            return False  # the full refresh will say what is wrong
         if expected <= alive:
             pool.last_activity = time.monotonic()
             return True

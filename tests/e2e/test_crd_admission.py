@@ -42,6 +42,10 @@ def test_kubectl_explain_reads_the_descriptions(kube: Kube) -> None:
         (("  secretKey: xxx\n", ""), "secretId and secretKey go together"),
         (("minimum: 2", "minimum: -1"), "spec.minimum"),
         (("sg-xxx", "default"), "spec.securityGroupIds[0]"),
+        (
+            ("  imageId: img-xxx\n", "  imageId: img-xxx\n  refreshInterval: 3s\n"),
+            "refreshInterval must be at least 10s",
+        ),  # fmt: skip
     ],
 )
 def test_invalid_manifests_are_refused_with_a_clear_message(

@@ -84,7 +84,7 @@ def test_the_articles_manifest_converges_with_its_status_filled(world: OperatorW
 
 def test_a_reclaim_is_found_and_replaced(world: OperatorWorld) -> None:
     ns = world.namespace()
-    world.apply(ns, pool_manifest("reclaimed", replicas=2, refreshInterval="5s"))
+    world.apply(ns, pool_manifest("reclaimed", replicas=2, refreshInterval="10s"))
     pool = world.wait_ready(ns, "reclaimed", 2)
     uid = pool["metadata"]["uid"]
     victim, survivor = _instance_ids(pool["status"])

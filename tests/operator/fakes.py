@@ -13,6 +13,7 @@ from spotpool_operator.metrics import Metrics
 from spotpool_operator.pools import PoolRef
 from spotpool_operator.reconciler import Reconciler
 from spotpool_operator.settings import OperatorSettings
+from tencentcloud.common.exception.tencent_cloud_sdk_exception import TencentCloudSDKException
 
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.engine.credentials import Credentials
@@ -37,6 +38,7 @@ class FakeCloud:
     most_running: int = 0
     fail_up: str | None = None
     applied: dict[str, StackConfig] = field(default_factory=dict)  # stack -> last up's config
+    throttled: bool = False  # the quick check answers RequestLimitExceeded
     next_id: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -196,6 +198,8 @@ def make_world(tmp_path: Path, quick_check: bool = False, **extra: Any) -> World
 
     def alive(pool: PoolIdentity, creds: Credentials, region: str) -> set[str]:
         cloud.calls.append(("describe", pool.stack_name))
+        if cloud.throttled:
+            raise TencentCloudSDKException("RequestLimitExceeded", "too many requests")
         known = cloud.stacks.get(pool.stack_name, {})
         return {i for i in known.values() if i not in cloud.reclaimed}
 

@@ -361,3 +361,14 @@ def test_slots_the_probe_saw_go_are_replaced_in_one_targeted_run(tmp_path: Path)
     assert last["reclaims"]["total"] == 1 and last["readyReplicas"] == 3
     assert world.events.reasons().count("Reclaimed") == 1
     assert "Replaced" in world.events.reasons()
+
+
+def test_a_throttled_quick_check_backs_off_instead_of_a_full_refresh(tmp_path: Path) -> None:
+    world = make_world(tmp_path, quick_check=True)
+    _converged(world)
+    world.cloud.throttled = True
+    with pytest.raises(PoolProblem) as raised:
+        run(world.reconciler.check_reclaims(ref(pool_body())))
+    assert raised.value.reason == "Throttled"
+    assert world.cloud.calls[-1] == ("describe", "team-a.gpu")  # no refresh was run
+    assert ("refresh", "team-a.gpu") not in world.cloud.calls

@@ -40,7 +40,13 @@ SPEC_RULES: list[tuple[str, str]] = [
         "has(self.credentialsSecretRef) || has(self.secretId)",
         "set credentialsSecretRef (recommended) or the inline secretId and secretKey",
     ),
+    (
+        "!has(self.refreshInterval) || duration(self.refreshInterval) >= duration('10s')",
+        "refreshInterval must be at least 10s (reclaims are seen within seconds anyway; this "
+        "is the period of the full Pulumi refresh)",
+    ),
 ]
+MIN_REFRESH_SECONDS = 10
 
 
 class Model(BaseModel):
@@ -244,6 +250,9 @@ def _holds(rule: str, spec: SpotpoolSpec) -> bool:
         SPEC_RULES[3][0]: bool(spec.instance_type or spec.instance_types),
         SPEC_RULES[4][0]: (spec.secret_id is None) == (spec.secret_key is None),
         SPEC_RULES[5][0]: spec.credentials_secret_ref is not None or spec.secret_id is not None,
+        SPEC_RULES[6][0]: spec.refresh_interval is None
+        or not spec.refresh_interval
+        or parse_duration(spec.refresh_interval) >= MIN_REFRESH_SECONDS,
     }
     return bool(checks[rule])
 
