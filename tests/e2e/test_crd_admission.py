@@ -45,7 +45,7 @@ def test_kubectl_explain_reads_the_descriptions(kube: Kube) -> None:
         (
             ("  imageId: img-xxx\n", "  imageId: img-xxx\n  refreshInterval: 3s\n"),
             "refreshInterval must be at least 10s",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_invalid_manifests_are_refused_with_a_clear_message(
