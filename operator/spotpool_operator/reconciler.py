@@ -181,10 +181,10 @@ class Reconciler:
         except Exception as error:  # the up that follows says what is wrong
             ref.logger.info("could not read the stack's last config: %s", type(error).__name__)
             return
-        if applied != config or not pool.status.instances:
+        if applied != config.redacted() or not pool.status.instances:
             return
         ref.logger.info("the stack already applied this spec: no up on resume")
-        pool.applied, pool.credentials, pool.converged_once = applied, credentials, True
+        pool.applied, pool.credentials, pool.converged_once = config, credentials, True
         pool.last_activity = time.monotonic()
         self._watch(ref, pool, credentials, spec.region)
 

@@ -18,10 +18,12 @@ def main() -> SpotPool:
         config,
         login_password=settings.get_secret("loginPassword"),
         install=settings.get("installId"),
+        user_data=settings.get_secret("userData"),
     )
     pulumi.export("pool", f"{config.pool.namespace}/{config.pool.name}")
     pulumi.export("desired", config.count)
     pulumi.export("instances", pool.outputs)
-    # The rendered spec, so a stack can be previewed again (and inspected) from its state alone.
-    pulumi.export("config", config.model_dump(mode="json", by_alias=True))
+    # The rendered spec, so a stack can be previewed again (and inspected) from its state alone;
+    # its user data only as a fingerprint (the text is the secret config value userData).
+    pulumi.export("config", config.redacted().model_dump(mode="json", by_alias=True))
     return pool

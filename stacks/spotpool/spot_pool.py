@@ -29,12 +29,14 @@ class SpotPool(pulumi.ComponentResource):
         login_password: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
         install: str | None = None,
+        user_data: pulumi.Input[str] | None = None,
     ) -> None:
         super().__init__("spotpool:index:SpotPool", name, None, opts)
         self._name = name
         self._config = config
         self._password = login_password
         self._install = install  # tagged on every instance: only its install sweeps orphans
+        self._user_data = user_data  # a secret: never plain in state, exports or diffs
         self.instances = [self._slot(slot) for slot in range(config.count)]
         self.outputs = pulumi.Output.all(
             *[self._describe(slot, inst) for slot, inst in enumerate(self.instances)]
@@ -67,7 +69,7 @@ class SpotPool(pulumi.ComponentResource):
             allocate_public_ip=net.public_ip_assigned,
             key_ids=c.key_ids or None,
             password=self._password,
-            user_data_raw=c.user_data,
+            user_data_raw=self._user_data,
             tags={
                 **c.instance_tags(slot),
                 **({TAG_INSTALL: self._install} if self._install else {}),

@@ -93,7 +93,10 @@ def test_destroy_leaves_no_instance_and_no_stack(world: EngineWorld) -> None:
 
 def test_credentials_never_reach_config_or_state(world: EngineWorld) -> None:
     stack = world.pool()
-    stack.up(world.config(stack, 1), login_password="Sp0tpool-Login-Password")
+    user_data = "#!/bin/sh\nexport HF_TOKEN=hf-user-data-token-4711\n"
+    config = world.config(stack, 1, userData=user_data)
+    stack.up(config, login_password="Sp0tpool-Login-Password")
+    diff = stack.preview(world.config(stack, 2, userData=user_data)).diff or ""
     env = {**os.environ, **stack._run_env()}
     exported = subprocess.run(
         [str(world.settings.tools_dir / "pulumi"), "stack", "export", "--stack", stack.name],
@@ -103,13 +106,15 @@ def test_credentials_never_reach_config_or_state(world: EngineWorld) -> None:
         text=True,
         check=True,
     ).stdout
-    files = [exported] + [
+    files = [exported, diff] + [
         p.read_text() for p in (world.settings.work_root / stack.name).glob("Pulumi.*.yaml")
     ]
     for text in files:
-        for secret in (SECRET_ID, SECRET_KEY, "Sp0tpool-Login-Password"):
+        for secret in (SECRET_ID, SECRET_KEY, "Sp0tpool-Login-Password", "hf-user-data-token"):
             assert secret not in text
     assert json.loads(exported)["deployment"]["resources"]
+    assert "hf-user-data-token" not in " ".join(world.progress)
+    assert stack.applied_config() == config.redacted()  # a restart compares fingerprints
 
 
 KILLED_UP = """

@@ -4,6 +4,7 @@ Credentials are not part of it: they reach the provider only as environment vari
 Pulumi run. A login password, when a pool uses one, goes into the stack as a secret.
 """
 
+import hashlib
 import json
 
 from pydantic import Field
@@ -23,6 +24,7 @@ CONFIG_KEY = f"{PROJECT}:pool"
 TAG_POOL_UID = "spotpool-pool-uid"
 TAG_POOL = "spotpool-pool"
 TAG_SLOT = "spotpool-slot"
+USER_DATA_FINGERPRINT = "sha256:"  # a redacted user data: its hash, never its text
 TAG_INSTALL = "spotpool-install"  # the install that made it; set by the program from config
 
 
@@ -147,9 +149,19 @@ class StackConfig(Model):
             TAG_SLOT: str(slot),
         }
 
+    def redacted(self) -> "StackConfig":
+        """The config with its user data (often holding tokens) replaced by a fingerprint: what
+        plain stack config, state exports and status may show. The user data itself travels
+        as a secret config value (`spotpool:userData`), encrypted in the state."""
+        if self.user_data is None or self.user_data.startswith(USER_DATA_FINGERPRINT):
+            return self
+        digest = hashlib.sha256(self.user_data.encode()).hexdigest()
+        return self.model_copy(update={"user_data": f"{USER_DATA_FINGERPRINT}{digest}"})
+
     def to_pulumi_config(self) -> dict[str, str]:
         """Plain (non-secret) stack configuration values, keyed as Pulumi keys them."""
+        plain = self.redacted()
         return {
-            CONFIG_KEY: json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True),
+            CONFIG_KEY: json.dumps(plain.model_dump(mode="json", by_alias=True), sort_keys=True),
             "tencentcloud:region": self.region,
         }

@@ -20,7 +20,12 @@ from typing import Any
 
 from pulumi import automation as auto
 
-from spotpool.api.stackconfig import PROJECT, PoolIdentity, StackConfig
+from spotpool.api.stackconfig import (
+    PROJECT,
+    USER_DATA_FINGERPRINT,
+    PoolIdentity,
+    StackConfig,
+)
 from spotpool.engine import cloud_errors, recovery
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.errors import EngineError, OperationTimeout, StackLockedError
@@ -386,6 +391,9 @@ class PoolStack:
         if password is not None:
             values[f"{PROJECT}:loginPassword"] = auto.ConfigValue(password, secret=True)
             plain = {**plain, f"{PROJECT}:loginPassword": _fingerprint(password)}
+        if config.user_data and not config.user_data.startswith(USER_DATA_FINGERPRINT):
+            values[f"{PROJECT}:userData"] = auto.ConfigValue(config.user_data, secret=True)
+            plain = {**plain, f"{PROJECT}:userData": _fingerprint(config.user_data)}
         known = self._known() if tag else None
         if known is None or known.config != plain:
             stack.set_all_config(values)
