@@ -27,6 +27,7 @@ pytestmark = pytest.mark.e2e
 
 POOLS = "spotpools.devops.jokerbai.com"
 CRDS = "customresourcedefinitions.apiextensions.k8s.io"
+LEASES = "leases.coordination.k8s.io"
 NAMESPACES = ("namespaces", "list watch")  # kopf, when it serves some namespaces
 
 
@@ -54,7 +55,11 @@ def test_the_kustomization_installs_everything_as_configured_and_deletes_cleanly
 ) -> None:
     wanted = installs.objects(installs.KUSTOMIZE)
     kinds = [obj["kind"] for obj in wanted]
-    assert kinds.count("ClusterRole") == 2 and "Deployment" in kinds and "Role" not in kinds
+    assert kinds.count("ClusterRole") == 2 and "Deployment" in kinds
+    roles = [
+        (o["metadata"]["namespace"], o["metadata"]["name"]) for o in wanted if o["kind"] == "Role"
+    ]
+    assert roles == [("spotpool-system", "spotpool-operator-lease")]  # the Lease alone
 
     cluster.ok("apply", "-k", str(installs.KUSTOMIZE))
     cluster.ok("wait", "--for=condition=Established", f"crd/{POOLS}", "--timeout=30s")
@@ -73,6 +78,10 @@ def test_the_kustomization_installs_everything_as_configured_and_deletes_cleanly
         assert installs.can(cluster, account, verb, CRDS)
     _nothing_more(cluster, account, "team-a", set())
     assert not installs.can(cluster, account, "list", "namespaces")  # kopf: not cluster-wide
+    for verb in ("get", "create", "update"):  # the Lease naming the writer, its namespace only
+        assert installs.can(cluster, account, verb, LEASES, "-n", "spotpool-system"), verb
+    assert not installs.can(cluster, account, "delete", LEASES, "-n", "spotpool-system")
+    assert not installs.can(cluster, account, "get", LEASES, "--all-namespaces")
 
     _delete(cluster, installs.KUSTOMIZE, "spotpool-system")
     assert cluster.run("get", "crd", POOLS).returncode != 0
@@ -107,6 +116,7 @@ def test_an_install_for_some_namespaces_grants_rights_only_there(
     )  # fmt: skip
     wanted = installs.objects(directory)
     assert [o["metadata"]["namespace"] for o in wanted if o["kind"] == "Role"] == [
+        "pools-system",  # the Lease's
         "team-a",
         "team-b",
     ]
@@ -125,7 +135,10 @@ def test_an_install_for_some_namespaces_grants_rights_only_there(
     for ns in ("other", "default", "kube-system", "pools-system"):  # its own namespace too
         for verb, resource in (("get", "secrets"), ("list", POOLS), ("create", "events")):
             assert not installs.can(cluster, account, verb, resource, "-n", ns), (verb, ns)
-        assert installs.granted(cluster, account, ns) == {(CRDS, "get list watch"), NAMESPACES}
+        lease = {(LEASES, "get create update")} if ns == "pools-system" else set()
+        assert installs.granted(cluster, account, ns) == {
+            (CRDS, "get list watch"), NAMESPACES, *lease,
+        }  # fmt: skip
     assert not installs.can(cluster, account, "list", POOLS, "--all-namespaces")
     assert not installs.can(cluster, account, "get", "secrets", "--all-namespaces")
 
