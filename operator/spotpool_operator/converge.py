@@ -1,0 +1,76 @@
+"""Create, update, resume: `up` the pool to its spec, coalescing requests that arrive while an
+operation runs; a restart over a pool its stack already applied runs none."""
+
+import asyncio
+import time
+
+from spotpool.api.spec import SpotpoolSpec
+from spotpool.api.stackconfig import StackConfig
+from spotpool.engine.results import OperationResult
+from spotpool_operator import status as render
+from spotpool_operator.credentials import resolve
+from spotpool_operator.engine_runner import PoolWork
+from spotpool_operator.pools import PoolRef, PoolState
+
+
+class Converging(PoolWork):
+    # --- create / update / resume ---------------------------------------------------------
+
+    async def converge(self, ref: PoolRef) -> OperationResult | None:
+        """`up` the pool to `ref`'s spec. Requests arriving while an operation runs coalesce:
+        the first to get the pool runs one `up` with the newest spec, the rest find it done."""
+        pool = self.pool(ref)
+        pool.latest = ref
+        pool.requested += 1
+        ticket = pool.requested
+        async with pool.lock:
+            if pool.covered >= ticket:
+                ref.logger.info("coalesced into an up that already ran with a newer spec")
+                return None
+            ref, started_at = pool.latest or ref, pool.requested
+            spec = await self._spec(pool, ref, "up")
+            if spec.paused:
+                await self._write(
+                    pool, ref, render.paused(pool.status, ref.generation, self.clock())
+                )
+                pool.covered = max(pool.covered, started_at)
+                return None
+            config = StackConfig.from_spec(ref.identity, spec)
+            if pool.applied is None and not pool.converged_once:
+                await self._adopt_applied(pool, ref, spec, config)
+            if config == pool.applied and not pool.replace_pending:
+                ref.logger.info("spec already applied; nothing to do")
+                status = render.observed(
+                    self._with_identity(pool.status, ref, spec),
+                    spec.desired_count(),
+                    ref.generation,
+                    self.clock(),
+                )
+                if status != pool.status:
+                    await self._write(pool, ref, status)
+                pool.covered = max(pool.covered, started_at)
+                return None
+            result = await self._up(pool, ref, spec, config, "Converging", "running up")
+            pool.covered = max(pool.covered, started_at)
+            return result
+
+    async def _adopt_applied(
+        self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec, config: StackConfig
+    ) -> None:
+        """After a restart: when the stack's last up applied exactly this spec, take it as
+        applied (no `up` to run) and start watching the pool's instances at once."""
+        if not pool.status.instances:
+            return  # nothing was ever applied here, or the status was lost: run the up
+        try:
+            credentials = await asyncio.to_thread(resolve, self.cluster, ref.namespace, spec)
+            engine = self._engine(ref, credentials, spec.region)
+            applied = await self._engine_call("resume", engine.applied_config, record=False)
+        except Exception as error:  # the up that follows says what is wrong
+            ref.logger.info("could not read the stack's last config: %s", type(error).__name__)
+            return
+        if applied != config.redacted() or not pool.status.instances:
+            return
+        ref.logger.info("the stack already applied this spec: no up on resume")
+        pool.applied, pool.credentials, pool.converged_once = config, credentials, True
+        pool.last_activity = time.monotonic()
+        self._watch(ref, pool, credentials, spec.region)

@@ -1,0 +1,169 @@
+"""Reclaims: the fleet probe's gone slots replaced in one targeted engine run at once, and the
+timer's check (one cloud call, a full Pulumi refresh every so often) for everything else."""
+
+import asyncio
+import time
+from datetime import datetime
+
+from spotpool.api.spec import SpotpoolSpec
+from spotpool.api.stackconfig import StackConfig
+from spotpool.engine import cloud_errors
+from spotpool.engine.credentials import Credentials
+from spotpool.engine.results import OperationResult
+from spotpool_operator import status as render
+from spotpool_operator.engine_runner import PoolWork, visible
+from spotpool_operator.failures import PoolProblem, classify
+from spotpool_operator.pools import PoolRef, PoolState
+
+
+class Reclaims(PoolWork):
+    # --- the fleet probe: reclaims seen as they happen ----------------------------------------
+
+    async def replace_gone(self, ref: PoolRef) -> None:
+        """The probe saw instances gone: say so and replace exactly those slots in one engine
+        run (no full refresh, no full up)."""
+        pool = self.pool(ref)
+        async with pool.lock:
+            gone, pool.gone_slots = pool.gone_slots, set()
+            pool.wake.clear()
+            spec = await self._spec(pool, ref, "up", quiet=True)
+            if not gone or spec.paused:
+                return
+            seen_at = time.monotonic()
+            before = {i.slot: i.instance_id for i in pool.status.instances}
+            gone = {slot for slot in gone if slot in before}
+            if not gone:
+                return
+            names = ", ".join(f"slot {s} ({before[s]})" for s in sorted(gone))
+            self.metrics.reclaims.labels(ref.namespace, ref.name).inc(len(gone))
+            self.events.post(
+                ref.event_ref(),
+                "Warning",
+                "Reclaimed",
+                f"the cloud reclaimed {len(gone)} instance(s): {names}; replacing",
+            )
+            ref.logger.warning("reclaimed: %s", names)
+            pool.status = render.reclaimed(pool.status, gone, self.clock())
+            pool.replace_pending, pool.reclaimed_at = True, seen_at
+            config = StackConfig.from_spec(ref.identity, spec)
+            if config != pool.applied:
+                await self._replace(pool, ref, spec)  # the spec moved too: a full up
+                return
+            await self._replace(pool, ref, spec, slots=sorted(gone))
+
+    # --- the timer: reclaims ----------------------------------------------------------------
+
+    async def check_reclaims(self, ref: PoolRef) -> None:
+        """Refresh the pool; when the cloud took instances away, say so and replace them."""
+        pool = self.pool(ref)
+        if pool.lock.locked() or not pool.converged_once:
+            pool.last_activity = time.monotonic()  # busy, or nothing to refresh yet: next interval
+            return
+        async with pool.lock:
+            pool.last_activity = time.monotonic()
+            spec = await self._spec(pool, ref, "refresh", quiet=True)
+            if spec.paused:
+                return
+            started = self.clock()
+            if not pool.replace_pending:
+                credentials = await self._credentials(pool, ref, spec, "refresh", quiet=True)
+                if await self._cloud_agrees(pool, ref, credentials, spec.region):
+                    return
+                engine = self._engine(ref, credentials, spec.region)
+                before = {i.slot: i.instance_id for i in pool.status.instances}
+                try:
+                    result = await self._engine_call("refresh", engine.refresh)
+                except Exception as error:
+                    await self._fail(pool, ref, pool.status, "refresh", classify(error), started)
+                    raise classify(error) from None
+                await self._after_refresh(pool, ref, result, before, started)
+            if pool.replace_pending:
+                await self._replace(pool, ref, spec)
+
+    async def _cloud_agrees(
+        self, pool: PoolState, ref: PoolRef, credentials: Credentials, region: str
+    ) -> bool:
+        """True when one look at the cloud shows every instance of the status still alive.
+
+        A Pulumi refresh costs a CLI and a provider process; this costs one DescribeInstances.
+        Every `full_refresh_every`-th check refreshes anyway, to catch any other drift.
+        """
+        pool.checks += 1
+        every = self.settings.full_refresh_every
+        if self.cloud_lookup is None or (every and pool.checks % every == 0):
+            return False
+        expected = {i.instance_id for i in pool.status.instances}
+        if len(expected) < pool.status.replicas:
+            return False  # short: let refresh and up look at it
+        try:
+            alive = await asyncio.to_thread(self.cloud_lookup, ref.identity, credentials, region)
+        except Exception as error:
+            code = str(getattr(error, "code", "") or error)
+            if cloud_errors.is_throttled(code):
+                # Throttled: a full refresh would make ~5 calls per instance. Back off instead.
+                raise PoolProblem(
+                    "Throttled", f"the quick cloud check was throttled ({code}); backing off"
+                ) from None
+            ref.logger.info("quick cloud check failed (%s); refreshing", type(error).__name__)
+            return False  # the full refresh will say what is wrong
+        if expected <= alive:
+            pool.last_activity = time.monotonic()
+            return True
+        ref.logger.info("instances missing in the cloud: %s", ", ".join(sorted(expected - alive)))
+        return False
+
+    async def _after_refresh(
+        self,
+        pool: PoolState,
+        ref: PoolRef,
+        result: OperationResult,
+        before: dict[int | None, str],
+        started: datetime,
+    ) -> None:
+        self._post_recovered(ref, result)
+        status = render.refreshed(pool.status, result, started, self.clock())
+        if result.gone_slots:
+            gone = ", ".join(
+                f"slot {slot} ({before.get(slot, 'unknown instance')})"
+                for slot in result.gone_slots
+            )
+            count = len(result.gone_slots)
+            self.metrics.reclaims.labels(ref.namespace, ref.name).inc(count)
+            self.events.post(
+                ref.event_ref(),
+                "Warning",
+                "Reclaimed",
+                f"the cloud reclaimed {count} instance(s): {gone}; replacing",
+            )
+            ref.logger.warning("reclaimed: %s", gone)
+            pool.replace_pending, pool.reclaimed_at = True, time.monotonic()
+            await self._write(pool, ref, status)
+        elif result.orphan_slots:  # a run died after creating them: the next up adopts them
+            pool.replace_pending = True
+            await self._write(pool, ref, status)
+        elif visible(status) != visible(pool.status):
+            await self._write(pool, ref, status)
+        else:
+            pool.status = status  # only lastOperation moved: not worth a write per interval
+        pool.last_activity = time.monotonic()
+
+    async def _replace(
+        self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec, slots: list[int] | None = None
+    ) -> None:
+        before = {i.slot: i.instance_id for i in pool.status.instances}
+        config = StackConfig.from_spec(ref.identity, spec)
+        result = await self._up(
+            pool, ref, spec, config, "Replacing", "replacing reclaimed slots", slots=slots
+        )
+        new = [i for i in result.instances if before.get(i.slot) != i.instance_id]
+        if new:
+            self.events.post(
+                ref.event_ref(),
+                "Normal",
+                "Replaced",
+                "replaced reclaimed instance(s): "
+                + ", ".join(f"slot {i.slot} now {i.instance_id}" for i in new),
+            )
+        if pool.reclaimed_at is not None:
+            self.metrics.reclaim_to_replaced.observe(time.monotonic() - pool.reclaimed_at)
+        pool.replace_pending, pool.reclaimed_at = False, None
