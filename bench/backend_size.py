@@ -29,7 +29,7 @@ from spotpool.api.stackconfig import PoolIdentity, StackConfig  # noqa: E402
 from spotpool.engine.credentials import Credentials  # noqa: E402
 from spotpool.engine.settings import EngineSettings  # noqa: E402
 from spotpool.engine.stack import PoolStack  # noqa: E402
-from tests.emulator.harness import SECRET_ID, SECRET_KEY, start_emulator  # noqa: E402
+from spotpool.localworld.emulator import SECRET_ID, SECRET_KEY, start_emulator  # noqa: E402
 
 SPEC = {
     "region": "ap-singapore",

@@ -54,7 +54,7 @@ from tencentcloud.cvm.v20170312 import cvm_client, models
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.emulator.harness import SECRET_ID, SECRET_KEY, start_emulator
+from spotpool.localworld.emulator import SECRET_ID, SECRET_KEY, start_emulator
 
 REGION = "ap-guangzhou"
 ZONES = ["ap-guangzhou-3", "ap-guangzhou-4"]

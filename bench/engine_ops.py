@@ -34,14 +34,14 @@ from spotpool.api.stackconfig import PoolIdentity, StackConfig  # noqa: E402
 from spotpool.engine.credentials import Credentials  # noqa: E402
 from spotpool.engine.settings import EngineSettings  # noqa: E402
 from spotpool.engine.stack import PoolStack  # noqa: E402
-from tests.emulator.harness import (  # noqa: E402
+from spotpool.localworld.emulator import (  # noqa: E402
     SECRET_ID,
     SECRET_KEY,
     EmulatorProcess,
     start_emulator,
     wait_until,
 )
-from tests.engine.conftest import REGION, EngineWorld, pool_spec  # noqa: E402
+from spotpool.localworld.engine import REGION, EngineWorld, pool_spec  # noqa: E402
 
 
 def _timed(label: str, call: Callable[[], object]) -> float:

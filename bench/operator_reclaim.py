@@ -30,11 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from spotpool.cluster.local import down, up  # noqa: E402
+from spotpool.localworld.emulator import start_emulator  # noqa: E402
+from spotpool.localworld.kube import Kube  # noqa: E402
+from spotpool.localworld.operator import OperatorWorld, pool_manifest  # noqa: E402
 from spotpool.toolchain.install import status as tool_status  # noqa: E402
 from spotpool.toolchain.manifest import TOOLS_BY_NAME  # noqa: E402
-from tests.e2e.conftest import Kube  # noqa: E402
-from tests.emulator.harness import start_emulator  # noqa: E402
-from tests.operator.world import OperatorWorld, pool_manifest  # noqa: E402
 
 CRD = ROOT / "crds" / "devops.jokerbai.com_spotpools.yaml"
 

@@ -37,16 +37,16 @@ from tencentcloud.cvm.v20170312 import models  # noqa: E402
 from spotpool.cluster.local import down, up  # noqa: E402
 from spotpool.engine import cloud  # noqa: E402
 from spotpool.engine.credentials import Credentials  # noqa: E402
-from spotpool.toolchain.install import status as tool_status  # noqa: E402
-from spotpool.toolchain.manifest import TOOLS_BY_NAME  # noqa: E402
-from tests.e2e.conftest import Kube  # noqa: E402
-from tests.emulator.harness import (  # noqa: E402
+from spotpool.localworld.emulator import (  # noqa: E402
     SECRET_ID,
     SECRET_KEY,
     EmulatorProcess,
     start_emulator,
 )
-from tests.operator.world import OperatorWorld, pool_manifest  # noqa: E402
+from spotpool.localworld.kube import Kube  # noqa: E402
+from spotpool.localworld.operator import OperatorWorld, pool_manifest  # noqa: E402
+from spotpool.toolchain.install import status as tool_status  # noqa: E402
+from spotpool.toolchain.manifest import TOOLS_BY_NAME  # noqa: E402
 
 CRD = ROOT / "crds" / "devops.jokerbai.com_spotpools.yaml"
 REGION, ZONE, TYPE, IMAGE = "ap-singapore", "ap-singapore-2", "GN7.2XLARGE32", "img-eb30mz89"

@@ -11,12 +11,10 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +33,8 @@ from spotpool.api.crd import CRD_PATH
 from spotpool.api.stackconfig import TAG_POOL_UID
 from spotpool.cluster import local
 from spotpool.engine.recovery import GONE_STATES
+from spotpool.localworld.emulator import free_port, start_emulator
+from spotpool.localworld.kube import Kube
 from spotpool.toolchain.install import status
 from spotpool.toolchain.manifest import TOOLS_BY_NAME
 from spotpool.toolchain.paths import bin_dir, tool_dir
@@ -46,51 +46,27 @@ if not console.is_terminal:
     console = Console(width=120)  # logs and CI: wide enough for the tables
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def emulator(directory: Path, secret_id: str, secret_key: str) -> Iterator[str]:
-    """Run `spotpool emulator serve` on a free loopback port; stop exactly it afterwards."""
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    log = (directory / "emulator.log").open("wb")
-    env = {**os.environ, "TENCENTCLOUD_SECRET_ID": secret_id, "TENCENTCLOUD_SECRET_KEY": secret_key}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "spotpool", "emulator", "serve", "--port", str(port),
-         "--state", str(directory / "cloud.db"), "--boot-seconds", "2"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
+    """The local world's emulator (boot 2 s) with this run's keys; stopped exactly afterwards."""
+    process = start_emulator(
+        directory / "cloud.db", directory / "emulator.log", boot_seconds=2,
+        secret_id=secret_id, secret_key=secret_key,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with urllib.request.urlopen(endpoint + "/_emulator/health", timeout=1):
-                    break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the emulator did not start; see {log.name}") from None
-                time.sleep(0.1)
-        yield endpoint
+        yield process.endpoint
     finally:
-        process.terminate()
-        process.wait(timeout=10)
-        log.close()
+        process.stop()
 
 
-class Kubectl:
+class Kubectl(Kube):
+    """kubectl as the demo calls it: a failure is an error that says what kubectl said."""
+
     def __init__(self, kubeconfig: Path) -> None:
-        self.binary = tool_dir(TOOLS_BY_NAME["kubectl"]) / "kubectl"
-        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        super().__init__(kubeconfig, tool_dir(TOOLS_BY_NAME["kubectl"]) / "kubectl")
 
     def __call__(self, *args: str, stdin: str | None = None) -> str:
-        result = subprocess.run(
-            [str(self.binary), *args], input=stdin, env=self.env,
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+        result = self.run(*args, stdin=stdin)
         if result.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
         return result.stdout
@@ -145,8 +121,8 @@ def operator(work: Path, kubeconfig: Path, endpoint: str, passphrase: str) -> It
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "spotpool", "operator", "run", "--namespace", NAMESPACE,
-             "--refresh-interval", "5s", "--metrics-port", str(_free_port()),
-             "--liveness-port", str(_free_port()), "--log-format", "full"],
+             "--refresh-interval", "5s", "--metrics-port", str(free_port()),
+             "--liveness-port", str(free_port()), "--log-format", "full"],
             env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True, preexec_fn=_die_with_parent,
         )  # fmt: skip

@@ -1,41 +1,17 @@
 """One real kube-apiserver (with etcd) for the e2e tests, with the Spotpool CRD installed."""
 
-import os
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from spotpool.api.crd import CRD_PATH
 from spotpool.cluster.local import down, up
+from spotpool.localworld.kube import Kube
 from tests.conftest import require_tool
 
 ROOT = Path(__file__).parents[2]
-
-
-@dataclass
-class Kube:
-    kubeconfig: Path
-    kubectl: Path
-
-    def run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
-        return subprocess.run(
-            [str(self.kubectl), *args],
-            input=stdin,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-
-    def ok(self, *args: str, stdin: str | None = None) -> str:
-        result = self.run(*args, stdin=stdin)
-        assert result.returncode == 0, result.stderr
-        return result.stdout
 
 
 @contextmanager

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from tests.e2e.conftest import Kube
+from spotpool.localworld.kube import Kube
 
 ROOT = Path(__file__).parents[2]
 DEPLOY = ROOT / "operator" / "deploy"

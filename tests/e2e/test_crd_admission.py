@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Kube
+from spotpool.localworld.kube import Kube
 
 pytestmark = pytest.mark.e2e
 

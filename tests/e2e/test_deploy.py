@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
+from spotpool.localworld.kube import Kube
 from tests.conftest import require_tool
 from tests.e2e import installs, pod
-from tests.e2e.conftest import Kube, local_cluster
+from tests.e2e.conftest import local_cluster
 from tests.emulator.harness import SECRET_ID, SECRET_KEY, start_emulator
 from tests.operator.world import pool_manifest
 

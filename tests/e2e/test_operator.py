@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from spotpool.engine.backend_files import open_backend
+from spotpool.localworld.kube import Kube
 from tests.conftest import require_tool
-from tests.e2e.conftest import Kube
 from tests.emulator.harness import start_emulator
 from tests.operator.world import OperatorWorld, article_manifest, pool_manifest
 

@@ -5,8 +5,8 @@ from collections.abc import Iterator
 import pytest
 
 from spotpool.cluster import s3
+from spotpool.localworld.kube import Kube
 from tests.conftest import require_tool
-from tests.e2e.conftest import Kube
 from tests.e2e.test_operator import killed_mid_up_and_replaced_under_another_hostname
 from tests.emulator.harness import start_emulator
 from tests.operator.world import OperatorWorld

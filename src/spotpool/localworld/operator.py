@@ -1,0 +1,267 @@
+"""The operator's whole world: a local kube-apiserver, an emulator process as the cloud, a file
+(or S3) backend, and `spotpool operator run` as a subprocess that is started, stopped and killed
+(its whole process tree) by its own pid — under a hostname of its own when asked, as a pod."""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+from spotpool.localworld.emulator import (
+    SECRET_ID,
+    SECRET_KEY,
+    SPOTPOOL,
+    EmulatorProcess,
+    free_port,
+    wait_until,
+)
+from spotpool.localworld.kube import Kube
+
+ROOT = Path(__file__).parents[3]  # the repository
+ARTICLE_SAMPLE = ROOT / "examples" / "article-sample.yaml"
+PASSPHRASE = "operator-e2e-passphrase"
+GONE_STATES = {"TERMINATING", "SHUTDOWN", "LAUNCH_FAILED"}
+
+
+def article_manifest() -> dict[str, Any]:
+    """The article's sample, changed only in its credentials (the emulator's keys)."""
+    manifest: dict[str, Any] = yaml.safe_load(ARTICLE_SAMPLE.read_text())
+    manifest["spec"]["secretId"] = SECRET_ID
+    manifest["spec"]["secretKey"] = SECRET_KEY
+    return manifest
+
+
+def pool_manifest(name: str, **spec: Any) -> dict[str, Any]:
+    """A pool with its credentials in the `tencentcloud` Secret."""
+    return {
+        "apiVersion": "devops.jokerbai.com/v1",
+        "kind": "Spotpool",
+        "metadata": {"name": name},
+        "spec": {
+            "credentialsSecretRef": {"name": "tencentcloud"},
+            "region": "ap-singapore",
+            "availabilityZone": "ap-singapore-2",
+            "instanceType": "GN7.2XLARGE32",
+            "minimum": 1,
+            "maximum": 5,
+            "imageId": "img-eb30mz89",
+            **spec,
+        },
+    }
+
+
+def _die_with_parent() -> None:
+    """Linux PR_SET_PDEATHSIG: a test run that dies takes its operator with it."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
+@dataclass
+class OperatorWorld:
+    kube: Kube
+    emulator: EmulatorProcess
+    directory: Path
+    refresh_seconds: int = 30
+    process: subprocess.Popen[bytes] | None = None
+    metrics_port: int = 0
+    liveness_port: int = 0
+    starts: int = 0
+    namespaces: list[str] = field(default_factory=list)
+    hostname: str | None = None  # run in a UTS namespace of its own under this name, as a pod
+    lease_namespace: str | None = "default"  # hold a Lease there, as in a cluster
+    backend_url: str | None = None  # default: file:// under `directory`
+    backend_env: dict[str, str] = field(default_factory=dict)  # e.g. the S3 keys
+
+    # --- the operator process ---------------------------------------------------------------
+    @property
+    def log(self) -> Path:
+        return self.directory / "operator.log"
+
+    def start(self) -> None:
+        self.metrics_port, self.liveness_port = free_port(), free_port()
+        self.starts += 1
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kube.kubeconfig),
+            "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
+            "SPOTPOOL_WORK_DIR": str(self.directory / "workspaces"),
+            "SPOTPOOL_BACKEND_URL": self.backend_url or f"file://{self.directory / 'backend'}",
+            **self.backend_env,
+            "SPOTPOOL_CLOUD_ENDPOINT": self.emulator.endpoint,
+            "SPOTPOOL_REFRESH_INTERVAL": str(self.refresh_seconds),
+            "SPOTPOOL_MAX_CONCURRENT": "3",
+        }
+        if self.lease_namespace:
+            env["SPOTPOOL_LEASE_NAMESPACE"] = self.lease_namespace
+            env["SPOTPOOL_LEASE_DURATION"] = "6s"  # a killed operator's successor waits this
+        command = [
+            str(SPOTPOOL), "operator", "run", "--all-namespaces",
+            "--metrics-port", str(self.metrics_port),
+            "--liveness-port", str(self.liveness_port),
+            "--log-format", "full", "--verbose",  # debug logs: secrets must stay out of them too
+        ]  # fmt: skip
+        if self.hostname:  # a replaced pod: same code, another hostname
+            command = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',
+                       self.hostname, *command]  # fmt: skip
+        with self.log.open("ab") as log:
+            log.write(f"\n=== operator start {self.starts} ===\n".encode())
+            log.flush()
+            self.process = subprocess.Popen(
+                command,
+                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True,  # its own group: a kill takes pulumi and plugins too
+                preexec_fn=_die_with_parent,
+            )  # fmt: skip
+        self.wait_until(self.alive, "the operator's liveness endpoint", timeout=60)
+
+    def alive(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(f"the operator exited:\n{self.log_tail()}")
+        try:
+            url = f"http://127.0.0.1:{self.liveness_port}/healthz"
+            with urllib.request.urlopen(url, timeout=2) as reply:
+                return bool(reply.status == 200)
+        except OSError:
+            return False
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return str(reply.read().decode())
+
+    def stop(self) -> None:
+        """SIGTERM to the operator alone (as a pod's PID 1 gets it), then SIGKILL to its group
+        after a grace period."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL to the operator's whole process tree at once — the CLI runs and the provider
+        plugins in their own process groups included — as when a pod's containers die."""
+        if self.process is None:
+            return
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(self.process.pid)
+            for process in [root, *root.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    process.send_signal(signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def log_tail(self, lines: int = 80) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    # --- the cluster ------------------------------------------------------------------------
+    def namespace(self) -> str:
+        """A fresh namespace with the `tencentcloud` Secret holding the emulator's keys."""
+        name = f"op-{uuid.uuid4().hex[:8]}"
+        self.kube.ok("create", "namespace", name)
+        self.kube.ok(
+            "-n", name, "create", "secret", "generic", "tencentcloud",
+            f"--from-literal=secretId={SECRET_ID}", f"--from-literal=secretKey={SECRET_KEY}",
+        )  # fmt: skip
+        self.namespaces.append(name)
+        return name
+
+    def apply(self, namespace: str, manifest: dict[str, Any]) -> None:
+        self.kube.ok("-n", namespace, "apply", "-f", "-", stdin=json.dumps(manifest))
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        result = self.kube.run("-n", namespace, "get", "spotpool", name, "-o", "json")
+        if result.returncode != 0:
+            if "NotFound" in result.stderr:
+                return None
+            raise AssertionError(result.stderr)
+        pool: dict[str, Any] = json.loads(result.stdout)
+        return pool
+
+    def status(self, namespace: str, name: str) -> dict[str, Any]:
+        pool = self.get(namespace, name)
+        return dict((pool or {}).get("status") or {})
+
+    def condition(self, namespace: str, name: str, type_: str) -> dict[str, Any]:
+        for item in self.status(namespace, name).get("conditions") or []:
+            if item["type"] == type_:
+                return dict(item)
+        return {}
+
+    def events(self, namespace: str, name: str) -> list[tuple[str, str, str]]:
+        reply = json.loads(
+            self.kube.ok(
+                "-n",
+                namespace,
+                "get",
+                "events",
+                "-o",
+                "json",
+                "--field-selector",
+                f"involvedObject.name={name},involvedObject.kind=Spotpool",
+            )
+        )
+        return [(e["type"], e["reason"], e.get("message", "")) for e in reply["items"]]
+
+    def reasons(self, namespace: str, name: str) -> list[str]:
+        return [reason for _, reason, _ in self.events(namespace, name)]
+
+    # --- the cloud --------------------------------------------------------------------------
+    def cloud(self, uid: str) -> dict[str, str]:
+        """id -> state of every live instance carrying this pool's uid tag."""
+        return {
+            item["InstanceId"]: item["InstanceState"]
+            for item in self.emulator.all_instances()
+            if not item.get("Gone")
+            and item["InstanceState"] not in GONE_STATES
+            and {"Key": "spotpool-pool-uid", "Value": uid} in (item.get("Tags") or [])
+        }
+
+    # --- waiting ----------------------------------------------------------------------------
+    def wait_until(self, probe: Callable[[], Any], what: str, timeout: float = 180.0) -> Any:
+        """The harness's wait, with the operator's log in the failure."""
+        try:
+            return wait_until(probe, what, timeout=timeout, every=0.5)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n--- operator log ---\n{self.log_tail()}") from None
+
+    def wait_ready(
+        self, namespace: str, name: str, count: int, timeout: float = 240
+    ) -> dict[str, Any]:
+        """Until status says Ready with `count` RUNNING instances that the cloud also has."""
+
+        def ready() -> dict[str, Any] | None:
+            pool = self.get(namespace, name) or {}
+            status = pool.get("status") or {}
+            ready: dict[str, Any] = next(
+                (c for c in status.get("conditions") or [] if c["type"] == "Ready"), {}
+            )
+            if (
+                status.get("phase") == "Ready"
+                and ready.get("status") == "True"
+                and status.get("readyReplicas") == count
+                and status.get("size") == count
+                and status.get("observedGeneration") == pool["metadata"]["generation"]
+            ):
+                return pool
+            return None
+
+        pool: dict[str, Any] = self.wait_until(
+            ready, f"{namespace}/{name} Ready with {count}", timeout
+        )
+        return pool
