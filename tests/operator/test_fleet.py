@@ -156,3 +156,20 @@ def test_no_stock_codes(code: str) -> None:
 def test_other_codes_are_not_mistaken_for_no_stock(code: str, kind: cloud_errors.Kind) -> None:
     assert cloud_errors.classify_code(code).kind is kind
     assert not cloud_errors.is_no_stock(f"Code={code}")
+
+
+EMULATOR_CODES = [
+    "MissingParameter", "InvalidFilter", "InvalidParameter", "UnsupportedRegion",
+    "ResourceNotFound", "InvalidParameterCombination", "InvalidImageId.Malformed",
+    "DryRunOperation", "AuthFailure.SignatureFailure", "AuthFailure.SecretIdNotFound",
+    "AuthFailure.SignatureExpire", "InternalError", "InvalidAction", "InvalidInstanceId.Malformed",
+    "InvalidInstanceId.NotFound", "InvalidParameterValue",
+    "InvalidParameterValue.InstanceTypeNotFound", "InvalidParameterValue.ResourceDescriptionError",
+    "InvalidZone.MismatchRegion", "RequestLimitExceeded",
+    "ResourceInsufficient.SpecifiedInstanceType",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("code", EMULATOR_CODES)
+def test_every_code_the_emulator_answers_is_classified(code: str) -> None:
+    assert cloud_errors.classify_code(code).kind is not cloud_errors.Kind.UNKNOWN
