@@ -29,12 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spotpool.cluster.local import down, up  # noqa: E402
-from spotpool.localworld.emulator import start_emulator  # noqa: E402
-from spotpool.localworld.kube import Kube  # noqa: E402
-from spotpool.localworld.operator import OperatorWorld, pool_manifest  # noqa: E402
-from spotpool.toolchain.install import status as tool_status  # noqa: E402
-from spotpool.toolchain.manifest import TOOLS_BY_NAME  # noqa: E402
+from spotpool.localworld.operator import OperatorWorld, local_world, pool_manifest  # noqa: E402
 
 CRD = ROOT / "crds" / "devops.jokerbai.com_spotpools.yaml"
 
@@ -114,33 +109,19 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=60)
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f}")
-    kubectl = tool_status(TOOLS_BY_NAME["kubectl"]).path
-    with tempfile.TemporaryDirectory(prefix="spotpool-bench-") as tmp:
-        work = Path(tmp)
-        state = up(work / "cluster", tie_to_parent=True)
-        emulator = start_emulator(work / "cloud.db", work / "emulator.log", boot_seconds=1)
-        kube = Kube(state.kubeconfig, kubectl)
-        kube.ok("apply", "-f", str(CRD))
-        kube.ok("wait", "--for=condition=Established", "crd/spotpools.devops.jokerbai.com")
-        (work / "backend").mkdir()
-        world = OperatorWorld(kube, emulator, work, refresh_seconds=10)
-        try:
-            world.start()
-            if args.reclaims:
-                print(f"reclaim to replaced, refreshInterval 10 s, {args.reclaims} reclaims:")
-                times = sorted(reclaims(world, args.reclaims))
-                p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
-                print(
-                    f"  p50 {statistics.median(times):.1f} s, p95 {p95:.1f} s, "
-                    f"max {times[-1]:.1f} s"
-                )
-            if args.pools:
-                print(f"idle with {args.pools} pools:")
-                idle(world, args.pools, args.idle_seconds)
-        finally:
-            world.stop()
-            emulator.stop()
-            down(work / "cluster")
+    with (
+        tempfile.TemporaryDirectory(prefix="spotpool-bench-") as tmp,
+        local_world(Path(tmp), boot_seconds=1, refresh_seconds=10) as world,
+    ):
+        world.start()
+        if args.reclaims:
+            print(f"reclaim to replaced, refreshInterval 10 s, {args.reclaims} reclaims:")
+            times = sorted(reclaims(world, args.reclaims))
+            p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+            print(f"  p50 {statistics.median(times):.1f} s, p95 {p95:.1f} s, max {times[-1]:.1f} s")
+        if args.pools:
+            print(f"idle with {args.pools} pools:")
+            idle(world, args.pools, args.idle_seconds)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

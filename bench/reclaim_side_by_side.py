@@ -34,19 +34,14 @@ sys.path.insert(0, str(ROOT))
 from pydantic import SecretStr  # noqa: E402
 from tencentcloud.cvm.v20170312 import models  # noqa: E402
 
-from spotpool.cluster.local import down, up  # noqa: E402
 from spotpool.engine import cloud  # noqa: E402
 from spotpool.engine.credentials import Credentials  # noqa: E402
 from spotpool.localworld.emulator import (  # noqa: E402
     SECRET_ID,
     SECRET_KEY,
     EmulatorProcess,
-    start_emulator,
 )
-from spotpool.localworld.kube import Kube  # noqa: E402
-from spotpool.localworld.operator import OperatorWorld, pool_manifest  # noqa: E402
-from spotpool.toolchain.install import status as tool_status  # noqa: E402
-from spotpool.toolchain.manifest import TOOLS_BY_NAME  # noqa: E402
+from spotpool.localworld.operator import local_world, pool_manifest  # noqa: E402
 
 CRD = ROOT / "crds" / "devops.jokerbai.com_spotpools.yaml"
 REGION, ZONE, TYPE, IMAGE = "ap-singapore", "ap-singapore-2", "GN7.2XLARGE32", "img-eb30mz89"
@@ -192,19 +187,14 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(args.seed)
     print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores")
-    kubectl = tool_status(TOOLS_BY_NAME["kubectl"]).path
-    with tempfile.TemporaryDirectory(prefix="spotpool-bench-") as tmp:
-        work = Path(tmp)
-        state = up(work / "cluster", tie_to_parent=True)
-        emulator = start_emulator(
-            work / "cloud.db", work / "emulator.log", boot_seconds=args.boot,
-            reclaim_notice_seconds=args.notice,
-        )  # fmt: skip
-        kube = Kube(state.kubeconfig, kubectl)
-        kube.ok("apply", "-f", str(CRD))
-        kube.ok("wait", "--for=condition=Established", "crd/spotpools.devops.jokerbai.com")
-        (work / "backend").mkdir()
-        world = OperatorWorld(kube, emulator, work, refresh_seconds=int(args.interval))
+    with (
+        tempfile.TemporaryDirectory(prefix="spotpool-bench-") as tmp,
+        local_world(
+            Path(tmp), boot_seconds=args.boot, notice_seconds=args.notice,
+            refresh_seconds=int(args.interval),
+        ) as world,
+    ):  # fmt: skip
+        emulator = world.emulator
         loop = ArticleLoop(emulator, args.size, args.interval)
         try:
             world.start()
@@ -237,9 +227,6 @@ def main() -> None:
                 )
         finally:
             loop.stop.set()
-            world.stop()
-            emulator.stop()
-            down(work / "cluster")
     ours, theirs = latency["spotpool"], latency["article loop"]
     print(
         f"interval {args.interval:g} s, size {args.size}, boot {args.boot:g} s, "

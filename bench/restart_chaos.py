@@ -32,12 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spotpool.cluster.local import down, up  # noqa: E402
-from spotpool.localworld.emulator import start_emulator  # noqa: E402
-from spotpool.localworld.kube import Kube  # noqa: E402
-from spotpool.localworld.operator import OperatorWorld, pool_manifest  # noqa: E402
-from spotpool.toolchain.install import status as tool_status  # noqa: E402
-from spotpool.toolchain.manifest import TOOLS_BY_NAME  # noqa: E402
+from spotpool.localworld.operator import OperatorWorld, local_world, pool_manifest  # noqa: E402
 
 CRD = ROOT / "crds" / "devops.jokerbai.com_spotpools.yaml"
 
@@ -139,29 +134,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=11)
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores")
-    kubectl = tool_status(TOOLS_BY_NAME["kubectl"]).path
-    with tempfile.TemporaryDirectory(prefix="spotpool-bench-") as tmp:
-        work = Path(tmp)
-        state = up(work / "cluster", tie_to_parent=True)
-        emulator = start_emulator(work / "cloud.db", work / "emulator.log", boot_seconds=0)
-        kube = Kube(state.kubeconfig, kubectl)
-        kube.ok("apply", "-f", str(CRD))
-        kube.ok("wait", "--for=condition=Established", "crd/spotpools.devops.jokerbai.com")
-        (work / "backend").mkdir()
-        world = OperatorWorld(kube, emulator, work, refresh_seconds=600,
-                              hostname="spotpool-operator-first")  # fmt: skip
-        try:
-            world.start()
-            if args.pools:
-                print(f"restart over {args.pools} converged pools:")
-                restart(world, args.pools)
-            if args.kills:
-                print(f"chaos: {args.kills} kills over {args.chaos_pools} pools:")
-                chaos(world, args.chaos_pools, args.kills, args.window, args.seed)
-        finally:
-            world.stop()
-            emulator.stop()
-            down(work / "cluster")
+    with (
+        tempfile.TemporaryDirectory(prefix="spotpool-bench-") as tmp,
+        local_world(
+            Path(tmp), boot_seconds=0, refresh_seconds=600, hostname="spotpool-operator-first"
+        ) as world,
+    ):
+        world.start()
+        if args.pools:
+            print(f"restart over {args.pools} converged pools:")
+            restart(world, args.pools)
+        if args.kills:
+            print(f"chaos: {args.kills} kills over {args.chaos_pools} pools:")
+            chaos(world, args.chaos_pools, args.kills, args.window, args.seed)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

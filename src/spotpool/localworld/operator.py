@@ -9,7 +9,8 @@ import signal
 import subprocess
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -265,3 +266,37 @@ class OperatorWorld:
             ready, f"{namespace}/{name} Ready with {count}", timeout
         )
         return pool
+
+
+@contextmanager
+def local_world(
+    work: Path, boot_seconds: float = 1.0, notice_seconds: float = 0.0, **options: Any
+) -> Iterator[OperatorWorld]:
+    """The whole local world in `work`: `spotpool cluster up` with the CRD, an emulator, a file
+    backend and an OperatorWorld over them (`options`: its fields; not started yet). Every
+    process is stopped on the way out."""
+    from spotpool.cluster.local import down, up
+    from spotpool.localworld.emulator import start_emulator
+    from spotpool.toolchain.install import status as tool_status
+    from spotpool.toolchain.manifest import TOOLS_BY_NAME
+
+    state = up(work / "cluster", tie_to_parent=True)
+    emulator = None
+    world = None
+    try:
+        emulator = start_emulator(
+            work / "cloud.db", work / "emulator.log", boot_seconds=boot_seconds,
+            reclaim_notice_seconds=notice_seconds,
+        )  # fmt: skip
+        kube = Kube(state.kubeconfig, tool_status(TOOLS_BY_NAME["kubectl"]).path)
+        kube.ok("apply", "-f", str(ROOT / "crds" / "devops.jokerbai.com_spotpools.yaml"))
+        kube.ok("wait", "--for=condition=Established", "crd/spotpools.devops.jokerbai.com")
+        (work / "backend").mkdir(exist_ok=True)
+        world = OperatorWorld(kube, emulator, work, **options)
+        yield world
+    finally:
+        if world is not None:
+            world.stop()
+        if emulator is not None:
+            emulator.stop()
+        down(work / "cluster")
