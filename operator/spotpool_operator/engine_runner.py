@@ -22,6 +22,7 @@ from spotpool.api.spec import SpotpoolSpec, parse_duration
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.api.status import SpotpoolStatus
 from spotpool.engine.credentials import Credentials
+from spotpool.engine.processes import kill_runs
 from spotpool.engine.results import OperationResult
 from spotpool_operator import status as render
 from spotpool_operator.credentials import INLINE_WARNING, login_password, resolve
@@ -96,7 +97,10 @@ class PoolWork:
         )
 
     def close(self) -> None:
+        """Stop: queued calls are dropped, running Pulumi runs killed with their plugins (the
+        next holder recovers their locks), rather than left running without an owner."""
         self._executor.shutdown(wait=False, cancel_futures=True)
+        kill_runs()
 
     # --- bookkeeping ----------------------------------------------------------------------
 
@@ -289,6 +293,11 @@ class PoolWork:
                 value = await loop.run_in_executor(self._executor, partial(call, *args))
                 succeeded = True
                 return value
+            except asyncio.CancelledError:  # kopf gave up on the handler: so does the engine
+                cancel = getattr(getattr(call, "__self__", None), "cancel", None)
+                if callable(cancel):
+                    cancel()
+                raise
             finally:
                 self.metrics.in_flight.dec()
                 if record:

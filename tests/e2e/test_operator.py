@@ -301,3 +301,62 @@ def test_a_lock_of_another_owner_is_reported_and_never_broken(world: OperatorWor
     assert lock.exists()  # never broken
     lock.unlink()  # its owner is done: the pool goes on by itself
     world.wait_ready(ns, "held", 2, timeout=240)
+
+
+def test_unpause_is_ready_at_the_new_generation(world: OperatorWorld) -> None:
+    ns = world.namespace()
+    world.apply(ns, pool_manifest("nap", replicas=1))
+    world.wait_ready(ns, "nap", 1)
+    world.apply(ns, pool_manifest("nap", replicas=1, paused=True))
+    world.wait_until(lambda: world.status(ns, "nap").get("phase") == "Paused", "Paused", 60)
+    world.apply(ns, pool_manifest("nap", replicas=1, paused=False))
+    pool = world.wait_ready(ns, "nap", 1, timeout=60)  # Ready at the newest generation
+    assert pool["status"]["observedGeneration"] == pool["metadata"]["generation"] == 3
+
+
+def test_after_a_restart_deletion_without_the_secret_ends_or_says_why(
+    world: OperatorWorld,
+) -> None:
+    """The namespace's Secret goes first (as in a namespace teardown) and the operator restarts
+    (the keys that worked are no longer in memory): an empty pool still finalizes; one with
+    instances waits, names the Secret and the way out, and takes it (deletionPolicy Retain)."""
+    ns = world.namespace()
+    world.apply(ns, pool_manifest("empty", minimum=0, replicas=0))
+    world.apply(ns, pool_manifest("full", replicas=1))
+    world.wait_ready(ns, "empty", 0)
+    full = world.wait_ready(ns, "full", 1)
+    kept = _instance_ids(full["status"])
+    world.stop()
+    world.kube.ok("-n", ns, "delete", "secret", "tencentcloud")
+    world.start()
+
+    def since_restart() -> str:
+        text = world.log.read_text(errors="replace")
+        return text[text.rindex("=== operator start") :]
+
+    world.wait_until(
+        lambda: f"[{ns}/full] the stack already applied this spec" in since_restart(),
+        "the restart's resume",
+        timeout=60,
+    )
+    assert f"[{ns}/full] up done" not in since_restart()  # a restart runs no up
+
+    world.kube.ok("-n", ns, "delete", "spotpool", "empty", "--wait=false")
+    world.kube.ok("-n", ns, "delete", "spotpool", "full", "--wait=false")
+    world.wait_until(lambda: world.get(ns, "empty") is None, "the empty pool gone", timeout=120)
+
+    def explained() -> dict[str, object] | None:
+        degraded = world.condition(ns, "full", "Degraded")
+        return degraded if degraded.get("reason") == "SecretNotFound" else None
+
+    degraded = world.wait_until(explained, "the full pool saying why it waits", timeout=120)
+    assert f"{ns}/tencentcloud" in str(degraded["message"])
+    assert "deletionPolicy to Retain" in str(degraded["message"])
+    assert ("Warning", "SecretNotFound") in [(t, r) for t, r, _ in world.events(ns, "full")]
+    world.kube.ok("-n", ns, "patch", "spotpool", "full", "--type=merge",
+                  "-p", '{"spec":{"deletionPolicy":"Retain"}}')  # fmt: skip
+    world.wait_until(lambda: world.get(ns, "full") is None, "the full pool gone", timeout=120)
+    uid = full["metadata"]["uid"]
+    assert sorted(world.cloud(uid)) == sorted(kept)  # retained, as asked
+    for instance in kept:  # tidy up the emulator
+        world.emulator.admin("POST", "/_emulator/reclaim", {"InstanceIds": [instance]})
