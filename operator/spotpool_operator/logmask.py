@@ -15,10 +15,15 @@ _PATTERN = re.compile(
     r"(?P<quote>\\*[\"'])(?P<value>.*?)(?P=quote)"
 )
 MASK = "***"
+TENCENT_SDK_LOGGER = "tencentcloud_sdk_common"
+
+
+_SIGNATURE = re.compile(r"(Signature=)[0-9a-fA-F]+")
 
 
 def mask(text: str) -> str:
-    return _PATTERN.sub(lambda m: f"{m['key']}{m['quote']}{MASK}{m['quote']}", text)
+    text = _PATTERN.sub(lambda m: f"{m['key']}{m['quote']}{MASK}{m['quote']}", text)
+    return _SIGNATURE.sub(rf"\g<1>{MASK}", text)
 
 
 class SecretMask(logging.Filter):
@@ -31,7 +36,10 @@ class SecretMask(logging.Filter):
 
 
 def install() -> None:
-    """Mask on every handler of the root logger (kopf's and ours)."""
+    """Mask on every handler of the root logger (kopf's and ours). The Tencent Cloud SDK logs
+    every request and reply at debug level (signed headers, whole fleets of instances a
+    second): it says only warnings, whatever the level."""
+    logging.getLogger(TENCENT_SDK_LOGGER).setLevel(logging.WARNING)
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, SecretMask) for f in handler.filters):
             handler.addFilter(SecretMask())

@@ -22,8 +22,9 @@ def s3_world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[O
     server = s3.start(directory / "s3")
     emulator = start_emulator(directory / "cloud.db", directory / "emulator.log", boot_seconds=1)
     operator = OperatorWorld(
-        kube, emulator, directory, backend_url=server.backend_url, backend_env=server.env
-    )
+        kube, emulator, directory, backend_url=server.backend_url, backend_env=server.env,
+        namespace_prefix="s3-",
+    )  # fmt: skip
     try:
         operator.start()
         yield operator

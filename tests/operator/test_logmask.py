@@ -24,3 +24,8 @@ def test_the_filter_masks_real_records(caplog: pytest.LogCaptureFixture) -> None
         logger.debug("Patching with: %r", {"spec": {"secretKey": "s3cr3t", "password": "pw"}})
     assert "s3cr3t" not in caplog.text and "'pw'" not in caplog.text
     assert "Patching with" in caplog.text
+
+
+def test_request_signatures_are_masked() -> None:
+    line = "Authorization: TC3-HMAC-SHA256 Credential=AKID/x, Signature=cef0e8479e546565"
+    assert "cef0e8479e546565" not in logmask.mask(line)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pulumi import automation as auto
 from tencentcloud.cvm.v20170312 import cvm_client
 
+from spotpool.api.stackconfig import PROJECT
 from spotpool.engine import cloud
 from spotpool.engine.backend_files import ROOT, BackendFiles, open_backend
 from spotpool.engine.errors import StackLockedError
@@ -166,7 +167,7 @@ def prune_history(pool: "PoolStack") -> list[str]:
     if files is None or keep <= 0:
         return []
     entries: dict[str, list[str]] = {}
-    for key in files.keys(f"{ROOT}/history/"):
+    for key in files.keys(_stack_dir("history", pool.name)):
         directory, _, name = key.rpartition("/")
         if directory.rsplit("/", 1)[-1] != pool.name or name.endswith(".attrs"):
             continue
@@ -189,10 +190,16 @@ def _file_backend_root(pool: "PoolStack") -> Path | None:
     return Path(backend.removeprefix("file://")) / ".pulumi"
 
 
+def _stack_dir(kind: str, stack: str) -> str:
+    """Where a project-scoped self-managed backend keeps one stack's locks or history: listing
+    just that prefix keeps each operation's cost independent of the number of stacks."""
+    return f"{ROOT}/{kind}/organization/{PROJECT}/{stack}/"
+
+
 def _lock_keys(files: BackendFiles, stack: str) -> list[str]:
     return [
         key
-        for key in files.keys(f"{ROOT}/locks/")
+        for key in files.keys(_stack_dir("locks", stack))
         if key.endswith(".json") and key.rsplit("/", 2)[-2] == stack
     ]
 

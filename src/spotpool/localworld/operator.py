@@ -83,6 +83,7 @@ class OperatorWorld:
     lease_namespace: str | None = "default"  # hold a Lease there, as in a cluster
     backend_url: str | None = None  # default: file:// under `directory`
     backend_env: dict[str, str] = field(default_factory=dict)  # e.g. the S3 keys
+    namespace_prefix: str = "op-"  # the namespaces it makes, and the only ones it serves
 
     # --- the operator process ---------------------------------------------------------------
     @property
@@ -107,7 +108,7 @@ class OperatorWorld:
             env["SPOTPOOL_LEASE_NAMESPACE"] = self.lease_namespace
             env["SPOTPOOL_LEASE_DURATION"] = "6s"  # a killed operator's successor waits this
         command = [
-            str(SPOTPOOL), "operator", "run", "--all-namespaces",
+            str(SPOTPOOL), "operator", "run", "--namespace", f"{self.namespace_prefix}*",
             "--metrics-port", str(self.metrics_port),
             "--liveness-port", str(self.liveness_port),
             "--log-format", "full", "--verbose",  # debug logs: secrets must stay out of them too
@@ -173,7 +174,7 @@ class OperatorWorld:
     # --- the cluster ------------------------------------------------------------------------
     def namespace(self) -> str:
         """A fresh namespace with the `tencentcloud` Secret holding the emulator's keys."""
-        name = f"op-{uuid.uuid4().hex[:8]}"
+        name = f"{self.namespace_prefix}{uuid.uuid4().hex[:8]}"
         self.kube.ok("create", "namespace", name)
         self.kube.ok(
             "-n", name, "create", "secret", "generic", "tencentcloud",
