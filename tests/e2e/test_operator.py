@@ -252,7 +252,9 @@ def killed_mid_up_and_replaced_under_another_hostname(world: OperatorWorld) -> N
     assert files is not None
 
     def locks(ns: str) -> list[str]:
-        return [k for k in files.keys(".pulumi/locks/") if f"/{ns}.moved/" in k]
+        return [
+            k for k in files.keys(".pulumi/locks/") if f"/{ns}.moved/" in k and k.endswith(".json")
+        ]
 
     ns = world.namespace()
     world.apply(ns, pool_manifest("moved", minimum=1, maximum=6, replicas=3))
