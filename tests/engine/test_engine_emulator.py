@@ -148,6 +148,7 @@ def test_up_reclaim_replace_and_destroy_on_an_s3_backend(s3_world: EngineWorld) 
     stack = world.pool()
     config = world.config(stack, 2)
     first = _ids_by_slot(stack.up(config).instances)
+    assert stack.applied_config() == config.redacted()  # read from the bucket's checkpoint
     world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[0]]})
     wait_until(lambda: first[0] not in world.cloud_instances(stack), "the reclaim", timeout=30)
     after = _ids_by_slot(stack.replace_slots(config, [0]).instances)

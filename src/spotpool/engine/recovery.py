@@ -9,6 +9,7 @@ does not hold (an orphan), is adopted into its slot by the next `up`, or termina
 wants it, so nothing leaks.
 """
 
+import gzip
 import json
 import os
 import socket
@@ -188,6 +189,25 @@ def _file_backend_root(pool: "PoolStack") -> Path | None:
     if not backend.startswith("file://"):
         return None
     return Path(backend.removeprefix("file://")) / ".pulumi"
+
+
+def read_checkpoint(pool: "PoolStack") -> Mapping[str, Any] | None:
+    """The stack's latest deployment as its checkpoint file holds it (plain, gzip or zstd
+    aside: plain and gzip), or None when there is none to read here."""
+    files = open_backend(pool.settings.backend_url)
+    if files is None:
+        return None
+    for suffix, decode in ((".json.gz", gzip.decompress), (".json", bytes)):
+        try:
+            raw = files.read(f"{ROOT}/stacks/{PROJECT}/{pool.name}{suffix}")
+        except Exception:  # missing (or unreadable): try the next form, then the CLI
+            continue
+        try:
+            latest = json.loads(decode(raw)).get("checkpoint", {}).get("latest")
+        except ValueError:
+            return None
+        return latest if isinstance(latest, dict) else None
+    return None
 
 
 def _stack_dir(kind: str, stack: str) -> str:

@@ -239,8 +239,13 @@ class PoolStack:
         return instances_of(self._select().outputs())
 
     def applied_config(self) -> StackConfig | None:
-        """The config the stack's last `up` applied (the program exports it), or None."""
+        """The config the stack's last `up` applied (the program exports it), or None. Read
+        straight from a self-managed backend's checkpoint when it can be (no CLI run: a
+        restart over a thousand pools reads a thousand of them), else through the CLI."""
         with _stack_lock(self.name):
+            checkpoint = recovery.read_checkpoint(self)
+            if checkpoint is not None:
+                return _previous_config(checkpoint)
             try:
                 return _previous_config(_export(self._known().stack))
             except auto.CommandError:
