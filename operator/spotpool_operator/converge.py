@@ -59,8 +59,8 @@ class Converging(PoolWork):
     ) -> None:
         """After a restart: when the stack's last up applied exactly this spec, take it as
         applied (no `up` to run) and start watching the pool's instances at once."""
-        if not pool.status.instances:
-            return  # nothing was ever applied here, or the status was lost: run the up
+        if not pool.status.instances or len(pool.status.instances) < pool.status.replicas:
+            return  # never applied, the status lost, or short of instances: run the up
         try:
             credentials = await asyncio.to_thread(resolve, self.cluster, ref.namespace, spec)
             engine = self._engine(ref, credentials, spec.region)

@@ -41,7 +41,9 @@ T = TypeVar("T")
 class PoolEngine(Protocol):
     """The part of `spotpool.engine.stack.PoolStack` the operator uses."""
 
-    def up(self, config: StackConfig, login_password: str | None = None) -> OperationResult: ...
+    def up(
+        self, config: StackConfig, login_password: str | None = None, refresh: bool = False
+    ) -> OperationResult: ...
 
     def refresh(self) -> OperationResult: ...
 
@@ -157,6 +159,10 @@ class PoolWork:
     ) -> OperationResult:
         """`up`, or with `slots` the targeted replacement of just those slots."""
         started = self.clock()
+        # Short of what was last applied, and no refresh just looked (a replacement cut short,
+        # instances gone while no operator ran): the up looks at the cloud first, same run.
+        last = pool.status
+        short = not pool.replace_pending and len(last.instances) < last.replicas
         status = self._with_identity(pool.status, ref, spec)
         pool.status = status
         credentials = await self._credentials(pool, ref, spec, "up")
@@ -174,7 +180,7 @@ class PoolWork:
                     "up", engine.replace_slots, config, slots, password
                 )
             else:
-                result = await self._engine_call("up", engine.up, config, password)
+                result = await self._engine_call("up", engine.up, config, password, short)
         except Exception as error:
             pool.applied = None  # a failed up may have changed part of the pool: redo any spec
             problem = classify(error)

@@ -70,9 +70,14 @@ class FakeEngine:
             for s, i in sorted(self.known.items())
         ]
 
-    def up(self, config: StackConfig, login_password: str | None = None) -> OperationResult:
+    def up(
+        self, config: StackConfig, login_password: str | None = None, refresh: bool = False
+    ) -> OperationResult:
+        if refresh:  # the gone instances leave the state first, as a real refresh does
+            for slot in [s for s, i in self.known.items() if i in self.cloud.reclaimed]:
+                del self.known[slot]
         with self.cloud.lock:
-            self.cloud.calls.append(("up", self.name))
+            self.cloud.calls.append(("up+refresh" if refresh else "up", self.name))
             self.cloud.configs.append(config)
             self.cloud.running += 1
             self.cloud.most_running = max(self.cloud.most_running, self.cloud.running)

@@ -372,3 +372,18 @@ def test_a_throttled_quick_check_backs_off_instead_of_a_full_refresh(tmp_path: P
     assert raised.value.reason == "Throttled"
     assert world.cloud.calls[-1] == ("describe", "team-a.gpu")  # no refresh was run
     assert ("refresh", "team-a.gpu") not in world.cloud.calls
+
+
+def test_a_restart_over_a_pool_left_short_refreshes_in_its_up(tmp_path: Path) -> None:
+    """Killed in the middle of replacing a reclaimed slot: the status lists fewer instances
+    than it should. The restart does not take the pool as applied: its up refreshes first."""
+    world = make_world(tmp_path)
+    run(world.reconciler.converge(ref(pool_body())))
+    world.cloud.reclaim("team-a.gpu", 0)
+    body = _body_with_status(world)
+    body["status"]["instances"] = body["status"]["instances"][1:]  # the reclaimed one dropped
+    after = _restarted(world, tmp_path)
+    after.cloud.reclaimed = world.cloud.reclaimed
+    run(after.reconciler.converge(ref(body)))
+    assert ("up+refresh", "team-a.gpu") in after.cloud.calls
+    assert after.cluster.last("team-a/gpu")["readyReplicas"] == 2

@@ -103,9 +103,12 @@ class PoolStack:
 
     # --- the four operations -------------------------------------------------------------
 
-    def up(self, config: StackConfig, login_password: str | None = None) -> OperationResult:
+    def up(
+        self, config: StackConfig, login_password: str | None = None, refresh: bool = False
+    ) -> OperationResult:
         """Converge to `config`. When the cloud has no stock of a slot's instance type, that
-        slot falls back to the next of `instanceTypes` and the up runs again."""
+        slot falls back to the next of `instanceTypes` and the up runs again. `refresh`: look
+        at the cloud first, in the same run (instances gone while nobody watched)."""
         with self._operation(OperationKind.UP) as (stack, result, state):
             owned = _ids_by_slot(state)
             config = _carried_over(config, state, owned)
@@ -117,7 +120,10 @@ class PoolStack:
             while True:
                 self._set_config(stack, config, login_password)
                 try:
-                    reply = stack.up(on_event=self._printer(), color="never", suppress_outputs=True)
+                    reply = stack.up(
+                        on_event=self._printer(), color="never", suppress_outputs=True,
+                        refresh=refresh,
+                    )  # fmt: skip
                     break
                 except auto.CommandError as err:
                     if not cloud_errors.is_no_stock(str(err)):
