@@ -8,14 +8,20 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
+from pydantic import SecretStr
 
 from spotpool.api.stackconfig import TAG_INSTALL
 from spotpool.engine import cloud
 from spotpool.engine.backend_files import open_backend
+from spotpool.engine.credentials import Credentials
+from spotpool.engine.processes import pulumi_runs
 from spotpool.engine.results import OperationKind
-from spotpool.engine.stack import EngineError, PoolStack
-from tests.emulator.harness import SECRET_ID, SECRET_KEY, run_spot, wait_until
+from spotpool.engine.settings import EngineSettings
+from spotpool.engine.stack import EngineError, OperationTimeout, PoolStack
+from tests.conftest import require_tool
+from tests.emulator.harness import SECRET_ID, SECRET_KEY, run_spot, start_emulator, wait_until
 from tests.engine.conftest import REGION, EngineWorld
 
 pytestmark = pytest.mark.integration
@@ -355,3 +361,45 @@ def test_no_stock_and_no_fallback_fails_saying_so_and_creates_nothing_more(
     with pytest.raises(EngineError, match="ResourceInsufficient"):
         stack.up(world.config(stack, 2))
     assert len(world.cloud_instances(stack)) == 1  # slot 1 lives in the zone with stock
+
+
+def test_an_operation_past_its_timeout_is_killed_with_its_plugins_and_recovered(
+    tmp_path: Path,
+) -> None:
+    """An `up` that hangs (instances that take 20 s to boot) is killed at its timeout — the CLI
+    and the provider plugin, nothing left running — and the next operation recovers its lock."""
+    require_tool("pulumi")
+    emulator = start_emulator(tmp_path / "cloud.db", tmp_path / "emulator.log", boot_seconds=20)
+    try:
+        settings = EngineSettings(
+            backend_url=f"file://{tmp_path / 'backend'}",
+            passphrase=SecretStr("engine-tests-passphrase"),
+            work_root=tmp_path / "workspaces",
+            cloud_endpoint=emulator.endpoint,
+            operation_timeout=6,
+        )
+        (tmp_path / "backend").mkdir()
+        world = EngineWorld(emulator, settings, Credentials(
+            secret_id=SecretStr(SECRET_ID), secret_key=SecretStr(SECRET_KEY)), [])  # fmt: skip
+        stack = world.pool()
+        with pytest.raises(OperationTimeout, match="ran over 6 s and was killed"):
+            stack.up(world.config(stack, 1))
+        assert pulumi_runs() == []  # the CLI is gone
+        plugins = [p for p in psutil.process_iter(["cmdline"])
+                   if "pulumi-resource-tencentcloud" in " ".join(p.info["cmdline"] or [])
+                   and f"HTTP_PROXY={emulator.endpoint}" in _environ(p)]  # fmt: skip
+        assert plugins == []  # and so is its plugin
+        patient = PoolStack(stack.pool, settings.model_copy(update={"operation_timeout": 300}),
+                            world.credentials, REGION)  # fmt: skip
+        result = patient.up(world.config(stack, 1))
+        assert any("removed the lock" in note for note in result.recovered), result.recovered
+        assert len(result.instances) == 1
+    finally:
+        emulator.stop()
+
+
+def _environ(process: psutil.Process) -> str:
+    try:
+        return " ".join(f"{k}={v}" for k, v in process.environ().items())
+    except psutil.Error:
+        return ""
