@@ -6,10 +6,12 @@ import time
 
 from spotpool.api.spec import SpotpoolSpec
 from spotpool.api.stackconfig import StackConfig
+from spotpool.engine.credentials import Credentials
 from spotpool.engine.results import OperationResult
 from spotpool_operator import status as render
 from spotpool_operator.credentials import resolve
-from spotpool_operator.engine_runner import PoolWork
+from spotpool_operator.engine_runner import NO_CREDENTIALS, PoolWork
+from spotpool_operator.failures import PoolProblem
 from spotpool_operator.pools import PoolRef, PoolState
 
 
@@ -59,18 +61,27 @@ class Converging(PoolWork):
     ) -> None:
         """After a restart: when the stack's last up applied exactly this spec, take it as
         applied (no `up` to run) and start watching the pool's instances at once."""
-        if not pool.status.instances or len(pool.status.instances) < pool.status.replicas:
-            return  # never applied, the status lost, or short of instances: run the up
+        if pool.status.observed_generation is None:
+            return  # no operator ever got this pool's spec applied: the up creates it
+        if len(pool.status.instances) < pool.status.replicas:
+            return  # short of instances (a run cut short): run the up, which refreshes first
+        try:  # reading what was applied needs no cloud keys: the Secret may be gone
+            credentials: Credentials | None = await asyncio.to_thread(
+                resolve, self.cluster, ref.namespace, spec
+            )
+        except PoolProblem:
+            credentials = None
         try:
-            credentials = await asyncio.to_thread(resolve, self.cluster, ref.namespace, spec)
-            engine = self._engine(ref, credentials, spec.region)
+            engine = self._engine(ref, credentials or NO_CREDENTIALS, spec.region)
             applied = await self._engine_call("resume", engine.applied_config, record=False)
         except Exception as error:  # the up that follows says what is wrong
             ref.logger.info("could not read the stack's last config: %s", type(error).__name__)
             return
-        if applied != config.redacted() or not pool.status.instances:
+        if applied != config.redacted():
             return
         ref.logger.info("the stack already applied this spec: no up on resume")
         pool.applied, pool.credentials, pool.converged_once = config, credentials, True
         pool.last_activity = time.monotonic()
+        if credentials is None:
+            return  # nothing to watch with; the timer's checks say what is missing
         self._watch(ref, pool, credentials, spec.region)

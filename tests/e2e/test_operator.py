@@ -10,14 +10,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
+from spotpool.engine import cloud
 from spotpool.engine.backend_files import open_backend
+from spotpool.engine.credentials import Credentials
 from spotpool.localworld.kube import Kube
 from tests.conftest import require_tool
-from tests.emulator.harness import start_emulator
+from tests.emulator.harness import spot_request, start_emulator
 from tests.operator.world import OperatorWorld, article_manifest, pool_manifest
 
 pytestmark = pytest.mark.e2e
+LEASE_NAME = "spotpool-operator"
 
 
 @pytest.fixture(scope="module")
@@ -362,3 +366,36 @@ def test_after_a_restart_deletion_without_the_secret_ends_or_says_why(
     assert sorted(world.cloud(uid)) == sorted(kept)  # retained, as asked
     for instance in kept:  # tidy up the emulator
         world.emulator.admin("POST", "/_emulator/reclaim", {"InstanceIds": [instance]})
+
+
+def test_a_second_writers_in_flight_instance_is_not_terminated(world: OperatorWorld) -> None:
+    """Another writer (a second install, a hand-run `pulumi up`) has just created an instance
+    for the pool that this stack does not hold: the operator's runs leave it alone."""
+    ns = world.namespace()
+    world.apply(ns, pool_manifest("shared", replicas=1, maximum=5))
+    pool = world.wait_ready(ns, "shared", 1)
+    uid = pool["metadata"]["uid"]
+    tags = {"spotpool-pool-uid": uid, "spotpool-pool": f"{ns}/shared", "spotpool-slot": "3",
+            "spotpool-install": f"default.{LEASE_NAME}"}  # fmt: skip
+    keys = Credentials(
+        secret_id=SecretStr(world.emulator.secret_id),
+        secret_key=SecretStr(world.emulator.secret_key),
+    )
+    client = cloud.cvm(keys, "ap-singapore", world.emulator.endpoint)
+    request = spot_request(count=1, zone="ap-singapore-2", instance_type="GN7.2XLARGE32",
+                           tags=tags, ImageId="img-eb30mz89")  # fmt: skip
+    (in_flight,) = [str(i) for i in client.RunInstances(request).InstanceIdSet]
+    world.apply(ns, pool_manifest("shared", replicas=2, maximum=5))  # an up (and its sweep) runs
+    pool = world.wait_ready(ns, "shared", 2)
+    assert in_flight in world.cloud(uid)
+    assert in_flight not in _instance_ids(pool["status"])
+    assert not [m for _, r, m in world.events(ns, "shared") if r == "OrphanTerminated"]
+    client.TerminateInstances(_terminate(in_flight))  # the other writer's to clean up
+
+
+def _terminate(instance_id: str) -> object:
+    from tencentcloud.cvm.v20170312 import models
+
+    request = models.TerminateInstancesRequest()
+    request.InstanceIds = [instance_id]
+    return request
