@@ -147,12 +147,12 @@ class PoolStack:
         """Replace the instances the cloud took from `slots`, in one Pulumi run: `up` with a
         refresh of just those slots (the refresh drops the gone instance from the state, the up
         creates its successor). No full refresh, no look at the other slots: the fleet probe
-        already told which slots are gone. Falls back to a full `up` when a slot's URN is not
-        known yet or the config changed since the last run."""
+        already told which slots are gone. Falls back to a full `up` with a refresh when this
+        process does not know the slots' URNs or has not repaired the stack yet."""
         known = self._known()
         urns = [known.urns[s] for s in slots if s in known.urns]
         if len(urns) != len(slots) or not known.repaired or known.config is None:
-            return self.up(config, login_password)
+            return self.up(config, login_password, refresh=True)  # the gone ones leave first
         with self._operation(OperationKind.UP, light=True) as (stack, result, _):
             self._set_config(stack, config, login_password)
             reply = stack.up(
