@@ -149,9 +149,9 @@ class PoolStack:
         creates its successor). No full refresh, no look at the other slots: the fleet probe
         already told which slots are gone. Falls back to a full `up` with a refresh when this
         process does not know the slots' URNs or has not repaired the stack yet."""
-        known = self._known()
-        urns = [known.urns[s] for s in slots if s in known.urns]
-        if len(urns) != len(slots) or not known.repaired or known.config is None:
+        known = _known.get(self._key())  # no select here: the operation mends first
+        urns = [known.urns[s] for s in slots if s in known.urns] if known else []
+        if known is None or len(urns) != len(slots) or not known.repaired or not known.config:
             return self.up(config, login_password, refresh=True)  # the gone ones leave first
         with self._operation(OperationKind.UP, light=True) as (stack, result, _):
             self._set_config(stack, config, login_password)
@@ -276,7 +276,12 @@ class PoolStack:
         """
         started = time.monotonic()
         with _stack_lock(self.name):
-            known = self._known()
+            cached = _known.get(self._key())
+            light = light and cached is not None and cached.repaired
+            # A kill can leave a half-written metadata file that makes the stack unselectable:
+            # mend it before selecting (a cheap look at a file backend's files).
+            mended = [] if light else recovery.mend_backend_files(self)
+            known = self._known(reselect=bool(mended))
             result = OperationResult(kind=kind, stack=self.name, seconds=0.0)
             timeout = self.settings.operation_timeout
             fired = threading.Event()
@@ -289,14 +294,11 @@ class PoolStack:
             watchdog.daemon = True
             watchdog.start()
             try:
-                if light and known.repaired:
+                if light:
                     state: Mapping[str, Any] = {}
                 else:
-                    mended = recovery.mend_backend_files(self)
-                    self._dead_run_slots = recovery.pending_slots(_export(known.stack))
-                    if mended:
-                        known = self._known(reselect=True)
                     state = _export(known.stack)
+                    self._dead_run_slots = recovery.pending_slots(state)
                     result.recovered = mended + recovery.repair(self, known.stack, state)
                     if result.recovered:  # the repair changed the state
                         state = _export(known.stack)
@@ -319,10 +321,13 @@ class PoolStack:
             result.recovered += recovery.prune_history(self)
             result.seconds = round(time.monotonic() - started, 2)
 
+    def _key(self) -> tuple[str, str, str]:
+        return (self.name, self.settings.backend_url, str(self._work_dir()))
+
     def _known(self, reselect: bool = False) -> _Known:
         """This process's memory of the stack, selecting it (one CLI run) the first time.
         The environment (credentials may rotate) is refreshed on every call."""
-        key = (self.name, self.settings.backend_url, str(self._work_dir()))
+        key = self._key()
         known = _known.get(key)
         if known is None or reselect:
             known = _known[key] = _Known(stack=self._select())
@@ -330,7 +335,7 @@ class PoolStack:
         return known
 
     def _forget_known(self) -> None:
-        _known.pop((self.name, self.settings.backend_url, str(self._work_dir())), None)
+        _known.pop(self._key(), None)
 
     def _remember_urns(self, state: Mapping[str, Any]) -> None:
         self._known().urns = {
