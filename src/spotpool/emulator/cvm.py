@@ -11,6 +11,7 @@ from spotpool.emulator import params
 from spotpool.emulator.catalog import INSTANCE_TYPES, PUBLIC_IMAGES, REGIONS, zones
 from spotpool.emulator.errors import ApiError, invalid_value
 from spotpool.emulator.instances import Disk, InstanceRecord
+from spotpool.emulator.stock import describe_zone_instance_config_infos
 from spotpool.emulator.world import Context, default_subnet, default_vpc
 
 _INSTANCE_ID = re.compile(r"^ins-[a-z0-9]{8}$")
@@ -433,4 +434,5 @@ ACTIONS: dict[str, Callable[[Context, dict[str, Any]], dict[str, Any]]] = {
     "DescribeImages": describe_images,
     "DescribeRegions": describe_regions,
     "DescribeZones": describe_zones,
+    "DescribeZoneInstanceConfigInfos": describe_zone_instance_config_infos,
 }

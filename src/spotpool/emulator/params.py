@@ -107,6 +107,10 @@ class DescribeInstances(Paging):
     filters: list[Filter] = Field(default_factory=list)
 
 
+class DescribeZoneInstanceConfigInfos(Params):
+    filters: list[Filter] = Field(default_factory=list, max_length=10)
+
+
 class InstanceIds(Params):
     instance_ids: list[str] = Field(min_length=1, max_length=100)
 

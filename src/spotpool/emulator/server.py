@@ -7,6 +7,7 @@ import random
 import re
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -40,6 +41,7 @@ SERVICES: dict[str, Service] = {
     "vpc": Service("2017-03-12", VPC_ACTIONS),
 }
 API_HOST_SUFFIX = ".tencentcloudapi.com"
+REQUEST_LOG_SIZE = 100_000  # the newest API calls kept for /_emulator/requests
 _SERVICE_NAME = re.compile(r"^[a-z0-9]+$")
 
 
@@ -106,10 +108,13 @@ class Emulator:
         self.faults: list[Fault] = []
         self.reclaim_rate_per_hour = reclaim_rate_per_hour
         self._random = random.Random()
+        # Every API call's arrival: what a test checks rate limits against.
+        self.requests: deque[dict[str, Any]] = deque(maxlen=REQUEST_LOG_SIZE)
 
     # -- the cloud API ---------------------------------------------------------------------
     async def api(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
+        arrived = time.time()
         request_id = str(uuid.uuid4())
         headers = {k.lower(): v for k, v in request.headers.items()}
         action = headers.get("x-tc-action") or request.query.get("Action", "")
@@ -138,6 +143,16 @@ class Emulator:
             code = "InternalError"
             reply = {"Error": {"Code": code, "Message": _FAULT_MESSAGES[code]}}
         reply["RequestId"] = request_id
+        self.requests.append(
+            {
+                "Time": arrived,
+                "Service": service_name,
+                "Action": action or "-",
+                "Region": headers.get("x-tc-region", "-"),
+                "Code": code,
+                "Client": headers.get("x-tc-requestclient", ""),
+            }
+        )
         log.info(
             "action=%s.%s region=%s code=%s ms=%.1f request_id=%s",
             service_name,
@@ -293,6 +308,13 @@ class Emulator:
     async def list_faults(self, request: web.Request) -> web.Response:
         return web.json_response({"Faults": [f.model_dump(by_alias=True) for f in self.faults]})
 
+    async def request_log(self, request: web.Request) -> web.Response:
+        """The API calls received (arrival time, service, action, region, code, SDK client),
+        oldest first; `?action=A` keeps one action's."""
+        action = request.query.get("action")
+        calls = [c for c in self.requests if action is None or c["Action"] == action]
+        return web.json_response({"Requests": calls})
+
     async def termination_time(self, request: web.Request) -> web.Response:
         """The instance-metadata answer a spot instance reads to learn it is being reclaimed."""
         record = self.world.store.instances.get(request.match_info["instance_id"])
@@ -336,6 +358,7 @@ def build_app(emulator: Emulator) -> web.Application:
     app.router.add_get("/_emulator/capacity", emulator.capacity)
     app.router.add_post("/_emulator/capacity", emulator.set_capacity)
     app.router.add_get("/_emulator/faults", emulator.list_faults)
+    app.router.add_get("/_emulator/requests", emulator.request_log)
     app.router.add_post("/_emulator/faults", emulator.add_fault)
     app.router.add_delete("/_emulator/faults", emulator.clear_faults)
     app.router.add_get(
