@@ -1,4 +1,4 @@
-"""DescribeZoneInstanceConfigInfos through the official SDK: stock per type × zone from the
+"""DescribeZoneInstanceConfigInfos through the official SDK: stock per type and zone from the
 capacity table, in the real response shape; and the request log the rate-limit tests read."""
 
 import json
