@@ -6,7 +6,7 @@ SPOTPOOL := $(VENV)/bin/spotpool
 # The tools the tests and the demo run. `make toolchain` installs these and the rest: the
 # optional Python language host and the kubernetes plugin, whose modules this workplace's Go
 # module proxy refuses (see README, "What cannot be built here").
-RUN_TOOLS := pulumi pulumi-resource-tencentcloud etcd kube-apiserver kubectl versitygw
+RUN_TOOLS := pulumi pulumi-resource-tencentcloud etcd kube-apiserver kubectl versitygw helm
 
 .PHONY: venv toolchain run-tools lint test demo clean
 

@@ -18,6 +18,9 @@ KUBERNETES_PLUGIN_VERSION = "4.34.2"
 KUBERNETES_VERSION = "1.36.3"
 ETCD_VERSION = "3.6.8"  # the etcd that k8s.io/kubernetes v1.36.3 itself pins
 VERSITYGW_VERSION = "1.8.0"  # an S3 gateway over a directory: the shared-backend tests' S3
+# The newest helm v3 the Go module proxy serves here; its client-go (v0.37) is one minor
+# ahead of the local kube-apiserver, within the supported skew.
+HELM_VERSION = "3.22.0"
 
 
 class GoBuild(BaseModel):
@@ -238,6 +241,31 @@ TOOLS.append(
             version=f"v{VERSITYGW_VERSION}",
             package="github.com/versity/versitygw/cmd/versitygw",
             ldflags=[_x("main.Version", f"v{VERSITYGW_VERSION}")],
+        ),
+    )
+)
+
+TOOLS.append(
+    Tool(
+        name="helm",
+        version=HELM_VERSION,
+        binary="helm",
+        version_args=["version", "--short"],
+        download_url=f"https://get.helm.sh/helm-v{HELM_VERSION}-linux-amd64.tar.gz",
+        download_member="linux-amd64/helm",
+        build=GoBuild(
+            module="helm.sh/helm/v3",
+            version=f"v{HELM_VERSION}",
+            package="helm.sh/helm/v3/cmd/helm",
+            # As helm's Makefile stamps a release: the version, and the Kubernetes version that
+            # lint and template assume (from its client-go, v0.37).
+            ldflags=[
+                _x("helm.sh/helm/v3/internal/version.version", f"v{HELM_VERSION}"),
+                _x("helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor", "1"),
+                _x("helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor", "37"),
+                _x("helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor", "1"),
+                _x("helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor", "37"),
+            ],
         ),
     )
 )
