@@ -133,7 +133,8 @@ def run(
         min=0.0,
         envvar="SPOTPOOL_PROBE_BUDGET",
         help="DescribeInstances calls a second the fleet probe may spend (per key pair and "
-        "region, of Tencent's 40/s); it sweeps every max(1 s, pages / budget). 0 turns it off.",
+        "region, of Tencent's 40/s); it looks every max(1 s, √pages / budget): one call a look "
+        "once the fleet spans pages (a count), a sweep only when it moved. 0 turns it off.",
     ),
     api_limit: list[str] = typer.Option(
         [],

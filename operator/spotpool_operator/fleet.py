@@ -1,11 +1,16 @@
-"""The fleet probe: one paginated DescribeInstances sweep per tick per (key pair, region) over
-every instance Spotpool manages (the pool-uid tag), shared by all pools on those keys.
+"""The fleet probe: per (key pair, region), every instance Spotpool manages (the pool-uid tag)
+looked at for all pools at once; pools only read its result.
 
-Pools only read its result: each registers the instances its status lists, and is told the
-moment one of them is gone or going (TERMINATING, SHUTDOWN, LAUNCH_FAILED). The tick comes
-from an API budget, not from the pools: a sweep costs one call per 100 instances, so a small
-fleet is looked at every second or so and a large one as often as the budget allows. A
-throttled or failed sweep backs off; it never turns into anything more expensive.
+Each pool registers the instances its status lists and is told the moment one of them is gone
+or going (TERMINATING, SHUTDOWN, LAUNCH_FAILED). A fleet of one page (≤ 100 instances) is
+swept whole every tick: one DescribeInstances. A larger fleet is first *counted* (one call with
+a state filter, whatever its size) and swept page by page only when the count moved or a pool's
+instances changed since the last sweep, so 2,000 idle instances cost one call a tick, not 20.
+The tick comes from an API budget, not from the pools: max(min_tick, √pages / budget) seconds,
+so a small fleet is looked at every second and 2,000 instances every 4.5 s (13 calls a minute
+at the default budget). A throttled or failed look backs off; it never turns into anything more
+expensive. Blind spot: a loss and an unrelated creation by another writer between two counts
+keep the count equal; the next sweep (any pool's change) or the pool's own timer finds it.
 """
 
 import asyncio
@@ -18,7 +23,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
-from spotpool.engine.cloud import FleetInstance
+from spotpool.engine.cloud import COUNTED_STATES, FleetInstance
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.recovery import GONE_STATES
 
@@ -26,6 +31,8 @@ log = logging.getLogger("spotpool_operator.fleet")
 PAGE = 100  # DescribeInstances returns at most 100 instances a call
 # Lists every instance tagged for any pool on a key pair in a region (engine/cloud.py).
 FleetLister = Callable[[Credentials, str], list[FleetInstance]]
+# Counts those in a live state, in one call (engine/cloud.py: count_fleet).
+FleetCounter = Callable[[Credentials, str], int]
 Notify = Callable[[set[int]], None]
 
 
@@ -41,25 +48,39 @@ class _Group:
     credentials: Credentials
     region: str
     watches: dict[str, _Watch] = field(default_factory=dict)  # pool uid -> watch
-    instances: int = 0  # seen by the last sweep
+    instances: int = 0  # listed by the last sweep, in any state
+    counted: int | None = None  # live ones at the last sweep: what a count is compared with
+    changed: bool = True  # a pool's instances changed since the last sweep: sweep, don't count
+    verified: float = 0.0  # monotonic time of the last look that found nothing unreported
+
+    @property
+    def pages(self) -> int:
+        return max(1, math.ceil(self.instances / PAGE))
 
 
 class ProbeSettings(BaseModel):
     budget: float = Field(
-        1.0, ge=0, description="DescribeInstances calls a second for all sweeps (of 40/s)."
+        1.0, ge=0, description="DescribeInstances calls a second for all looks (of 40/s)."
     )
-    min_tick: float = Field(1.0, gt=0, description="Never sweep more often than this.")
-    max_backoff: float = Field(60.0, gt=0, description="Longest pause after failed sweeps.")
+    min_tick: float = Field(1.0, gt=0, description="Never look more often than this.")
+    max_backoff: float = Field(60.0, gt=0, description="Longest pause after failed looks.")
 
 
 class FleetProbe:
-    def __init__(self, lister: FleetLister, settings: ProbeSettings | None = None) -> None:
+    def __init__(
+        self,
+        lister: FleetLister,
+        settings: ProbeSettings | None = None,
+        counter: FleetCounter | None = None,
+    ) -> None:
         self.lister = lister
+        self.counter = counter  # None: every look is a whole sweep
         self.settings = settings or ProbeSettings()
         self._groups: dict[tuple[str, str, str], _Group] = {}
         self._group_of: dict[str, tuple[str, str, str]] = {}
         self.sweeps = 0
-        self.calls = 0  # DescribeInstances pages asked for, in all
+        self.counts = 0
+        self.calls = 0  # DescribeInstances calls, in all
         self.failures = 0
 
     # --- what pools do ---------------------------------------------------------------------
@@ -78,6 +99,7 @@ class FleetProbe:
         group = self._groups.setdefault(key, _Group(credentials, region))
         group.credentials = credentials
         group.watches[uid] = _Watch(dict(expected), notify, time.monotonic())
+        group.changed = True
         self._group_of[uid] = key
 
     def unwatch(self, uid: str) -> None:
@@ -88,39 +110,69 @@ class FleetProbe:
             if not group.watches:
                 del self._groups[key]  # type: ignore[arg-type]
 
+    def vouches_for(self, uid: str, within: float) -> bool:
+        """True when the probe looked at the pool's instances in the last `within` seconds and
+        everything gone was already reported: the pool's timer need not ask the cloud itself."""
+        key = self._group_of.get(uid)
+        group = self._groups.get(key) if key else None
+        return group is not None and time.monotonic() - group.verified <= within
+
     # --- the loop --------------------------------------------------------------------------
 
     def tick(self) -> float:
-        """Seconds between sweeps: all groups' pages within the budget."""
-        pages = sum(max(1, math.ceil(g.instances / PAGE)) for g in self._groups.values())
-        return max(self.settings.min_tick, pages / self.settings.budget)
+        """Seconds between looks: √pages / budget, at least min_tick. A look at a large fleet
+        costs one call (a count), so the budget alone would look as often as at a small one;
+        the square root keeps a 2,000-instance fleet within 20 calls a minute while a reclaim
+        is still seen within seconds."""
+        pages = sum(group.pages for group in self._groups.values())
+        return max(self.settings.min_tick, math.sqrt(pages) / self.settings.budget)
 
     async def run(self) -> None:
-        """Sweep until cancelled."""
+        """Look until cancelled; a round that spent more calls than a tick's worth waits longer
+        (the budget holds on average), a failed one backs off."""
         backoff = 0.0
         while True:
-            started = time.monotonic()
+            started, calls = time.monotonic(), self.calls
             failed = False
             for key, group in list(self._groups.items()):
-                if not await self.sweep(key, group):
+                if not await self.look(key, group):
                     failed = True
             if failed:
                 backoff = min(self.settings.max_backoff, max(2 * backoff, 2 * self.tick()))
             else:
                 backoff = 0.0
-            await asyncio.sleep(max(0.0, self.tick() + backoff - (time.monotonic() - started)))
+            spent = (self.calls - calls) / self.settings.budget
+            pause = max(self.tick(), spent) + backoff
+            await asyncio.sleep(max(0.0, pause - (time.monotonic() - started)))
+
+    async def look(self, key: tuple[str, str, str], group: _Group) -> bool:
+        """Count when that says enough, sweep otherwise. False when the cloud did not answer."""
+        if self.counter is None or group.pages == 1 or group.changed or group.counted is None:
+            return await self.sweep(key, group)
+        started = time.monotonic()
+        try:
+            counted = await asyncio.to_thread(self.counter, group.credentials, group.region)
+        except Exception as error:
+            return self._failed(group, error)
+        self.counts += 1
+        self.calls += 1
+        if counted != group.counted or group.changed:
+            return await self.sweep(key, group)
+        group.verified = started
+        return True
 
     async def sweep(self, key: tuple[str, str, str], group: _Group) -> bool:
         started = time.monotonic()
+        group.changed = False  # a watch set from now on asks for the next sweep again
         try:
             found = await asyncio.to_thread(self.lister, group.credentials, group.region)
-        except Exception as error:  # throttled or failing: back off, the next sweep retries
-            self.failures += 1
-            log.warning("fleet probe of %s failed: %s", group.region, _code(error))
-            return False
+        except Exception as error:
+            group.changed = True
+            return self._failed(group, error)
         self.sweeps += 1
         self.calls += max(1, math.ceil(len(found) / PAGE))
         group.instances = len(found)
+        group.counted = sum(1 for item in found if item.state in COUNTED_STATES)
         alive: dict[str, set[str]] = {}
         for item in found:
             if item.state not in GONE_STATES:
@@ -134,7 +186,13 @@ class FleetProbe:
                 for slot in gone:  # tell once per instance
                     watch.expected.pop(slot)
                 watch.notify(gone)
+        group.verified = started
         return True
+
+    def _failed(self, group: _Group, error: Exception) -> bool:
+        self.failures += 1
+        log.warning("fleet probe of %s failed: %s", group.region, _code(error))
+        return False
 
 
 def _code(error: Exception) -> str:

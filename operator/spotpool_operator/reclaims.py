@@ -35,7 +35,7 @@ class Reclaims(PoolWork):
             if not gone:
                 return
             names = ", ".join(f"slot {s} ({before[s]})" for s in sorted(gone))
-            self.metrics.reclaims.labels(ref.namespace, ref.name).inc(len(gone))
+            self.metrics.observe_reclaims(ref.namespace, ref.name, pool.status, gone)
             self.events.post(
                 ref.event_ref(),
                 "Warning",
@@ -85,8 +85,10 @@ class Reclaims(PoolWork):
     ) -> bool:
         """True when one look at the cloud shows every instance of the status still alive.
 
-        A Pulumi refresh costs a CLI and a provider process; this costs one DescribeInstances.
-        Every `full_refresh_every`-th check refreshes anyway, to catch any other drift.
+        A Pulumi refresh costs a CLI and a provider process; this costs one DescribeInstances,
+        or nothing when the fleet probe looked at the pool within the interval (it reports
+        every gone instance itself). Every `full_refresh_every`-th check refreshes anyway, to
+        catch any other drift.
         """
         pool.checks += 1
         every = self.settings.full_refresh_every
@@ -95,6 +97,9 @@ class Reclaims(PoolWork):
         expected = {i.instance_id for i in pool.status.instances}
         if len(expected) < pool.status.replicas:
             return False  # short: let refresh and up look at it
+        if self.probe is not None and self.probe.vouches_for(ref.uid, self.refresh_interval(ref)):
+            pool.last_activity = time.monotonic()
+            return True
         try:
             alive = await asyncio.to_thread(self.cloud_lookup, ref.identity, credentials, region)
         except Exception as error:
@@ -128,7 +133,7 @@ class Reclaims(PoolWork):
                 for slot in result.gone_slots
             )
             count = len(result.gone_slots)
-            self.metrics.reclaims.labels(ref.namespace, ref.name).inc(count)
+            self.metrics.observe_reclaims(ref.namespace, ref.name, pool.status, result.gone_slots)
             self.events.post(
                 ref.event_ref(),
                 "Warning",

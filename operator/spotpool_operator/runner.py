@@ -34,7 +34,12 @@ def run(settings: OperatorSettings) -> None:
     def fleet(credentials: Credentials, region: str) -> list[cloud.FleetInstance]:
         return cloud.fleet_instances(cloud.cvm(credentials, region, endpoint))
 
-    probe = FleetProbe(fleet, settings.probe) if settings.probe.budget > 0 else None
+    def count(credentials: Credentials, region: str) -> int:
+        return cloud.count_fleet(cloud.cvm(credentials, region, endpoint))
+
+    probe = FleetProbe(fleet, settings.probe, count) if settings.probe.budget > 0 else None
+    cloud.ON_CALL.append(metrics.observe_cloud_call)
+    metrics.watch_buckets(BUCKETS)
     if settings.metrics_port:
         metrics.serve(settings.metrics_host, settings.metrics_port)
     cluster = KubeCluster()

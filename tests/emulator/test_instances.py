@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 from tencentcloud.cvm.v20170312 import models
 
+from spotpool.api.stackconfig import TAG_POOL_UID, TAG_SLOT
+from spotpool.engine import cloud
 from tests.emulator.conftest import StartEmulator
 from tests.emulator.harness import (
     IMAGE_ID,
@@ -304,3 +306,19 @@ def _reclaim_cli(emulator: EmulatorProcess, *args: str) -> list[str]:
     )
     assert result.returncode == 0, result.stderr
     return result.stdout.split()
+
+
+def test_the_fleet_count_is_one_call_and_drops_with_a_reclaim(emulator: EmulatorProcess) -> None:
+    """What the fleet probe relies on: one DescribeInstances counts every live instance of all
+    pools (tag-key and state filters), and the paged sweep lists them all."""
+    client = emulator.cvm()
+    for pool in range(3):
+        run_spot(client, count=50, tags={TAG_POOL_UID: f"uid-{pool}", TAG_SLOT: "0"})
+    run_spot(client, count=2, tags={"pool": "not-spotpool"})
+    assert cloud.count_fleet(client) == 150
+    listed = cloud.fleet_instances(client)
+    assert len(listed) == 150 and {i.pool_uid for i in listed} == {"uid-0", "uid-1", "uid-2"}
+    victim = listed[0].instance_id
+    wait_until(lambda: _all_running(client, [victim]), f"{victim} RUNNING")
+    emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [victim]})
+    wait_until(lambda: cloud.count_fleet(client) == 149, "the count to drop by one")

@@ -102,9 +102,80 @@ def test_the_tick_follows_the_budget_not_the_pool_count() -> None:
     probe.watch("a", KEYS, "r1", {}, lambda _: None)
     assert probe.tick() == 1.0  # a small fleet: every second
     next(iter(probe._groups.values())).instances = 2000  # 20 pages of 100
-    assert probe.tick() == 20.0
-    probe.settings = ProbeSettings(budget=1 / 3)
-    assert probe.tick() == pytest.approx(60.0)  # 20 calls a minute
+    assert probe.tick() == pytest.approx(20**0.5)  # every 4.5 s: 13 calls a minute
+    assert 60 / probe.tick() <= 20
+
+
+def big_fleet(cloud: FakeCloud, pools: int) -> dict[str, dict[int, str]]:
+    """`pools` pools of two running instances each, as the cloud lists them."""
+    expected: dict[str, dict[int, str]] = {}
+    for p in range(pools):
+        expected[f"p{p}"] = {0: f"ins-{p}-0", 1: f"ins-{p}-1"}
+        cloud.instances += [instance(f"p{p}", f"ins-{p}-{s}", s) for s in (0, 1)]
+    return expected
+
+
+def test_a_large_idle_fleet_costs_one_count_a_look_and_a_sweep_only_when_it_moved() -> None:
+    cloud = FakeCloud()
+    counts: list[str] = []
+
+    def count(credentials: Credentials, region: str) -> int:
+        counts.append(region)
+        return sum(1 for i in cloud.instances if i.state == "RUNNING")
+
+    probe = FleetProbe(cloud.list, counter=count)
+    told: dict[str, set[int]] = {}
+
+    def teller(uid: str) -> Callable[[set[int]], None]:
+        return lambda slots: told.update({uid: slots})
+
+    for uid, expected in big_fleet(cloud, 1000).items():
+        probe.watch(uid, KEYS, "r1", expected, teller(uid))
+    (key, group), = probe._groups.items()  # fmt: skip
+
+    async def looks(n: int) -> None:
+        for _ in range(n):
+            assert await probe.look(key, group)
+
+    asyncio.run(looks(1))  # the pools just registered: a whole sweep, 20 pages
+    assert (probe.sweeps, probe.counts, probe.calls) == (1, 0, 20)
+    asyncio.run(looks(10))  # idle: one count a look
+    assert (probe.sweeps, probe.counts, probe.calls) == (1, 10, 30)
+    assert told == {} and probe.vouches_for("p7", within=5.0)
+    cloud.instances = [i for i in cloud.instances if i.instance_id != "ins-7-1"]  # reclaimed
+    asyncio.run(looks(1))  # the count dropped: a sweep finds which
+    assert told == {"p7": {1}} and probe.sweeps == 2
+    probe.watch("p7", KEYS, "r1", {0: "ins-7-0", 1: "ins-7-9"}, lambda _: None)
+    cloud.instances.append(instance("p7", "ins-7-9", 1))
+    asyncio.run(looks(2))  # a pool's instances changed: one sweep, then counts again
+    assert probe.sweeps == 3 and probe.counts == 12
+
+
+def test_a_small_fleet_is_swept_whole_each_look_without_counting() -> None:
+    cloud = FakeCloud()
+    probe = FleetProbe(cloud.list, counter=lambda c, r: pytest.fail("counted"))
+    for uid, expected in big_fleet(cloud, 10).items():
+        probe.watch(uid, KEYS, "r1", expected, lambda _: None)
+    (key, group), = probe._groups.items()  # fmt: skip
+    for _ in range(3):
+        assert asyncio.run(probe.look(key, group))
+    assert (probe.sweeps, probe.calls) == (3, 3)
+
+
+def test_a_failed_count_reports_failure_and_vouches_for_nothing() -> None:
+    cloud = FakeCloud()
+
+    def count(credentials: Credentials, region: str) -> int:
+        raise RuntimeError("RequestLimitExceeded")
+
+    probe = FleetProbe(cloud.list, counter=count)
+    for uid, expected in big_fleet(cloud, 100).items():
+        probe.watch(uid, KEYS, "r1", expected, lambda _: None)
+    (key, group), = probe._groups.items()  # fmt: skip
+    assert asyncio.run(probe.look(key, group))  # first a sweep
+    group.verified -= 100  # long ago
+    assert asyncio.run(probe.look(key, group)) is False
+    assert probe.failures == 1 and not probe.vouches_for("p1", within=10.0)
 
 
 def test_token_bucket_holds_the_rate() -> None:
