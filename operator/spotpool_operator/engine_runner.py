@@ -8,9 +8,10 @@ the clock) comes in from outside so the logic can be tested without any of them.
 """
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import partial
@@ -290,7 +291,7 @@ class PoolWork:
         """
         if self.lease is not None and not self.lease.held():
             await self.lease.held_event.wait()  # only the Lease's holder writes stacks
-        async with self._slots:
+        async with self._slot():
             self.metrics.in_flight.inc()
             started = time.monotonic()
             succeeded = False
@@ -309,6 +310,19 @@ class PoolWork:
                 if record:
                     self.metrics.observe_operation(kind, succeeded, time.monotonic() - started)
 
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """One of the max_concurrent engine slots; counted as queued while waiting for it."""
+        self.metrics.queued.inc()
+        try:
+            await self._slots.acquire()
+        finally:
+            self.metrics.queued.dec()
+        try:
+            yield
+        finally:
+            self._slots.release()
+
     async def _fail(
         self,
         pool: PoolState,
@@ -319,6 +333,7 @@ class PoolWork:
         started: datetime,
     ) -> None:
         repeated = degraded_reason(status) == problem.reason
+        self.metrics.observe_failure(kind, problem.reason)
         failed = render.failed(
             status, kind, problem.reason, problem.message, ref.generation, started, self.clock()
         )

@@ -66,7 +66,14 @@ class FakeEngine:
 
     def _outputs(self) -> list[SlotOutput]:
         return [
-            SlotOutput(slot=s, instance_id=i, public_ip="203.0.113.1", state="RUNNING")
+            SlotOutput(
+                slot=s,
+                instance_id=i,
+                public_ip="203.0.113.1",
+                state="RUNNING",
+                zone="ap-guangzhou-3",
+                instance_type="GN7.2XLARGE32",
+            )
             for s, i in sorted(self.known.items())
         ]
 

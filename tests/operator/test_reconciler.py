@@ -69,12 +69,16 @@ def test_operations_across_pools_are_bounded(tmp_path: Path) -> None:
             await asyncio.to_thread(world.cloud.entered.acquire)
         await asyncio.sleep(0.1)
         assert world.cloud.running == 2  # the other three wait for a slot
+        gauges = world.metrics.registry.get_sample_value
+        assert gauges("spotpool_operations_in_flight") == 2
+        assert gauges("spotpool_operations_queued") == 3
         gate.set()
         await asyncio.gather(*tasks)
 
     run(scenario())
     assert world.cloud.most_running == 2
     assert len(world.cloud.calls) == 5
+    assert world.metrics.registry.get_sample_value("spotpool_operations_queued") == 0
 
 
 def _converged(world: World, **spec: Any) -> None:
@@ -98,7 +102,11 @@ def test_reclaim_is_announced_replaced_and_counted(tmp_path: Path) -> None:
     final = writes[-1]
     assert final["size"] == 3 and final["reclaims"]["total"] == 1
     assert gone not in {i["instanceId"] for i in final["instances"]}
-    assert world.metrics.reclaims.labels("team-a", "gpu")._value.get() == 1
+    where = {"zone": "ap-guangzhou-3", "instance_type": "GN7.2XLARGE32"}
+    counted = world.metrics.registry.get_sample_value(
+        "spotpool_reclaims_total", {"namespace": "team-a", "pool": "gpu", **where}
+    )
+    assert counted == 1
 
 
 def test_a_quiet_refresh_writes_nothing(tmp_path: Path) -> None:
@@ -177,6 +185,8 @@ def test_capacity_failure_is_reported_and_other_pools_go_on(tmp_path: Path) -> N
     assert world.cluster.last("team-a/fine")["phase"] == "Ready"
     assert world.metrics.operations.labels("up", "failed")._value.get() == 1
     assert world.metrics.operations.labels("up", "succeeded")._value.get() == 1
+    failures = {"kind": "up", "reason": "ResourceInsufficient"}
+    assert world.metrics.registry.get_sample_value("spotpool_failures_total", failures) == 1
 
 
 def test_invalid_spec_is_permanent(tmp_path: Path) -> None:
