@@ -2,13 +2,14 @@
 
 import os
 import time
+from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from spotpool.toolchain.gobuild import ToolUnavailable
-from spotpool.toolchain.install import install, status
+from spotpool.toolchain.install import BUILT, LOCAL_SOURCE_ENV, install, status
 from spotpool.toolchain.manifest import TOOLS, TOOLS_BY_NAME, Tool
 from spotpool.toolchain.paths import bin_dir, cache_root, pulumi_home
 
@@ -29,15 +30,25 @@ def _select(names: list[str] | None) -> list[Tool]:
 @app.command("install")
 def install_command(
     names: list[str] | None = typer.Argument(None, help="tools to install (default: all)"),
+    local_source: Path | None = typer.Option(
+        None,
+        "--local-source",
+        envvar=LOCAL_SOURCE_ENV,
+        help="a directory of tool source folders (an offline mirror), built from when every "
+        "other source fails",
+    ),
 ) -> None:
     """Install the pinned tools into the user-level cache (idempotent)."""
+    if local_source is not None and not local_source.is_dir():
+        raise typer.BadParameter(f"{local_source} is not a directory", param_hint="--local-source")
+    local_source = local_source.resolve() if local_source else None
     failed: list[str] = []
     table = Table("tool", "version", "source", "seconds", "peak MiB", title="toolchain")
     for tool in _select(names):
         started = time.monotonic()
         with console.status(f"{tool.name} {tool.version}…"):
             try:
-                record = install(tool, lambda line: console.log(line))
+                record = install(tool, lambda line: console.log(line), local_source)
             except ToolUnavailable as err:
                 if tool.optional_because:
                     console.print(
@@ -48,7 +59,7 @@ def install_command(
                 console.print(f"[red]✗ {tool.name} {tool.version} cannot be had here:[/] {err}")
                 failed.append(tool.name)
                 continue
-        took = record.seconds if record.source == "go build" else time.monotonic() - started
+        took = record.seconds if record.source in BUILT else time.monotonic() - started
         peak = f"{record.peak_rss_mib:.0f}" if record.peak_rss_mib else "-"
         table.add_row(tool.name, tool.version, record.source, f"{took:.1f}", peak)
     console.print(table)
@@ -61,7 +72,8 @@ def install_command(
 def status_command(
     names: list[str] | None = typer.Argument(None, help="tools to check (default: all)"),
 ) -> None:
-    """One line per tool: name, version, path, ok or missing. Exits 1 if a needed one is missing."""
+    """One line per tool: name, version, source, path, ok or missing. Exits 1 if a needed one
+    is missing."""
     missing = 0
     for tool in _select(names):
         state = status(tool)
@@ -70,7 +82,8 @@ def status_command(
             detail += " (optional)"
         else:
             missing += not state.ok
-        print(f"{state.name}\t{state.version}\t{state.path}\t{detail}")
+        source = state.source or "-"
+        print(f"{state.name}\t{state.version}\t{source}\t{state.path}\t{detail}")
     raise typer.Exit(1 if missing else 0)
 
 

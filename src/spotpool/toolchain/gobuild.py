@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from spotpool.toolchain.manifest import GoBuild
+from spotpool.toolchain.manifest import GoBuild, LocalSource
 
 
 class ToolUnavailable(Exception):
@@ -140,13 +140,39 @@ def build(spec: GoBuild, workdir: Path, output: Path) -> BuildReport:
     if spec.ldflags:
         args += ["-ldflags", " ".join(spec.ldflags)]
     args.append(spec.package)
+    return _timed_go(args, workdir, workdir, spec.package, spec.checksum_db)
+
+
+def build_local(source: Path, spec: LocalSource, workdir: Path, output: Path) -> BuildReport:
+    """`go build` of a tool's source folder, copied first (the folder may be read-only, and
+    `-mod=mod` may add go.sum lines)."""
+    if not (source / spec.module_dir / "go.mod").exists():
+        raise ToolUnavailable(f"no go.mod in {source / spec.module_dir}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    _run_go(["version"], Path.cwd())  # a clear error when there is no Go
+    copy = workdir / "src"
+    if copy.exists():
+        shutil.rmtree(copy)
+    shutil.copytree(source, copy, copy_function=shutil.copyfile, symlinks=True)
+    for directory, _, _ in os.walk(copy):
+        Path(directory).chmod(0o755)
+    args = ["build", "-o", str(output)]
+    if spec.ldflags:
+        args += ["-ldflags", " ".join(spec.ldflags)]
+    args.append(spec.package)
+    return _timed_go(args, copy / spec.module_dir, workdir, spec.package, checksum_db=True)
+
+
+def _timed_go(
+    args: list[str], cwd: Path, workdir: Path, package: str, checksum_db: bool
+) -> BuildReport:
     go = shutil.which("go") or "go"
     started = time.monotonic()
     with (workdir / "build.log").open("w") as log:
         proc = subprocess.Popen(
             [go, *args],
-            cwd=workdir,
-            env=_go_env(spec.checksum_db),
+            cwd=cwd,
+            env=_go_env(checksum_db),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -156,7 +182,7 @@ def build(spec: GoBuild, workdir: Path, output: Path) -> BuildReport:
     seconds = time.monotonic() - started
     if proc.returncode != 0:
         tail = (workdir / "build.log").read_text()[-3000:]
-        raise ToolUnavailable(f"go build {spec.package} failed (see {workdir}/build.log):\n{tail}")
+        raise ToolUnavailable(f"go build {package} failed (see {workdir}/build.log):\n{tail}")
     return BuildReport(seconds=round(seconds, 1), peak_rss_mib=round(usage.ru_maxrss / 1024, 1))
 
 

@@ -1,7 +1,8 @@
 """Install each pinned tool from the first source that has it, and report what is there.
 
 Sources, in order: the cache → already on PATH at the pinned version → the official
-download (short timeout) → a build from the Go module proxy.
+download (short timeout) → a build from the Go module proxy → a build from a local source
+folder (`--local-source`, `$SPOTPOOL_LOCAL_SOURCE`: an offline mirror of refused modules).
 """
 
 import io
@@ -14,7 +15,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from spotpool.toolchain import gobuild
 from spotpool.toolchain.gobuild import ToolUnavailable
@@ -22,6 +23,18 @@ from spotpool.toolchain.manifest import Tool
 from spotpool.toolchain.paths import bin_dir, build_dir, pulumi_home, tool_dir
 
 DOWNLOAD_TIMEOUT_SECONDS = 5.0
+LOCAL_SOURCE_ENV = "SPOTPOOL_LOCAL_SOURCE"
+
+# The sources, by the names the install records and the status show.
+CACHE, ON_PATH, DOWNLOAD, GO_PROXY, LOCAL_SOURCE = (
+    "cache",
+    "PATH",
+    "download",
+    "Go module proxy",
+    "local source",
+)
+BUILT = (GO_PROXY, LOCAL_SOURCE)
+_LEGACY_NAMES = {"go build": GO_PROXY}  # records written before the sources were named so
 
 
 class InstallRecord(BaseModel):
@@ -40,6 +53,28 @@ class ToolStatus(BaseModel):
     path: Path
     ok: bool
     detail: str
+    source: str | None = Field(None, description="where the installed binary came from")
+
+
+def source_order(tool: Tool) -> list[str]:
+    """The sources tried for `tool`, first to last."""
+    order = [CACHE, ON_PATH]
+    if tool.download_url:
+        order.append(DOWNLOAD)
+    if tool.build:
+        order.append(GO_PROXY)
+    if tool.local_source:
+        order.append(LOCAL_SOURCE)
+    return order
+
+
+def read_record(tool: Tool) -> InstallRecord | None:
+    path = tool_dir(tool) / "install.json"
+    if not path.exists():
+        return None
+    record = InstallRecord.model_validate_json(path.read_text())
+    record.source = _LEGACY_NAMES.get(record.source, record.source)
+    return record
 
 
 def _reports_version(binary: Path, tool: Tool) -> bool:
@@ -82,7 +117,15 @@ def status(tool: Tool) -> ToolStatus:
             ok=False,
             detail="built but not registered with pulumi",
         )
-    return ToolStatus(name=tool.name, version=tool.version, path=binary, ok=True, detail="ok")
+    record = read_record(tool)
+    return ToolStatus(
+        name=tool.name,
+        version=tool.version,
+        path=binary,
+        ok=True,
+        detail="ok",
+        source=record.source if record else None,
+    )
 
 
 def _from_path(tool: Tool, dest: Path) -> bool:
@@ -129,52 +172,94 @@ def _register_plugin(tool: Tool, binary: Path) -> None:
     )
 
 
-def install(tool: Tool, say: Callable[[str], None]) -> InstallRecord:
-    """Make `tool` present and registered; raise ToolUnavailable with every source's reason."""
+def install(
+    tool: Tool, say: Callable[[str], None], local_source: Path | None = None
+) -> InstallRecord:
+    """Make `tool` present and registered; raise ToolUnavailable with every source's reason.
+
+    `local_source` is the directory of source folders (one per tool, named in the manifest).
+    """
     directory = tool_dir(tool)
     directory.mkdir(parents=True, exist_ok=True)
     binary = directory / tool.binary
     record_file = directory / "install.json"
-    if status(tool).ok and record_file.exists():
-        return InstallRecord.model_validate_json(record_file.read_text())
+    if status(tool).ok and (kept := read_record(tool)) is not None:
+        return kept
 
     record: InstallRecord | None = None
     reasons: list[str] = []
-    if binary.exists() and _reports_version(binary, tool):
-        record = InstallRecord(name=tool.name, version=tool.version, source="cache")
-    elif _from_path(tool, binary):
-        record = InstallRecord(name=tool.name, version=tool.version, source="PATH")
-    if record is None and tool.download_url:
-        say(f"{tool.name}: trying the official download")
+    for source in source_order(tool):
         try:
-            _download(tool, binary)
-            record = InstallRecord(name=tool.name, version=tool.version, source="download")
+            record = _try_source(source, tool, binary, say, local_source)
         except ToolUnavailable as err:
-            reasons.append(str(err))
-    if record is None and tool.build:
-        say(f"{tool.name}: building {tool.build.package} from the Go module proxy")
-        try:
-            report = gobuild.build(tool.build, build_dir(tool), binary)
-            record = InstallRecord(
-                name=tool.name,
-                version=tool.version,
-                source="go build",
-                seconds=report.seconds,
-                peak_rss_mib=report.peak_rss_mib,
-            )
-        except ToolUnavailable as err:
-            reasons.append(str(err))
+            reasons.append(f"{source}: {err}")
+        if record is not None:
+            break
     if record is None:
         raise ToolUnavailable("; ".join(reasons) or "no source configured")
 
+    folder = _local_folder(tool, local_source) if record.source == LOCAL_SOURCE else None
     for filename, (module, version, path) in tool.extra_files.items():
         extra = directory / filename
-        extra.write_bytes(gobuild.module_file(module, version, path, build_dir(tool)))
+        if folder is not None and (folder / filename).is_file():
+            extra.write_bytes((folder / filename).read_bytes())  # offline: from the folder
+        else:
+            extra.write_bytes(gobuild.module_file(module, version, path, build_dir(tool)))
         extra.chmod(0o755)
     link_into_bin(tool)
     _register_plugin(tool, binary)
     record_file.write_text(json.dumps(record.model_dump(), indent=2))
     return record
+
+
+def _local_folder(tool: Tool, local_source: Path | None) -> Path:
+    assert tool.local_source is not None
+    if local_source is None:
+        raise ToolUnavailable(
+            f"no local source directory given (--local-source or ${LOCAL_SOURCE_ENV}) "
+            f"to build it from its folder {tool.local_source.folder}"
+        )
+    folder = local_source / tool.local_source.folder
+    if not folder.is_dir():
+        raise ToolUnavailable(f"{folder} does not exist")
+    return folder
+
+
+def _try_source(
+    source: str,
+    tool: Tool,
+    binary: Path,
+    say: Callable[[str], None],
+    local_source: Path | None,
+) -> InstallRecord | None:
+    """Install `tool` from one source: a record, None (nothing there), or ToolUnavailable."""
+
+    def record(seconds: float = 0.0, peak: float | None = None) -> InstallRecord:
+        return InstallRecord(
+            name=tool.name, version=tool.version, source=source, seconds=seconds, peak_rss_mib=peak
+        )
+
+    if source == CACHE:
+        return record() if binary.exists() and _reports_version(binary, tool) else None
+    if source == ON_PATH:
+        return record() if _from_path(tool, binary) else None
+    if source == DOWNLOAD:
+        say(f"{tool.name}: trying the official download")
+        _download(tool, binary)
+        return record()
+    if source == GO_PROXY:
+        assert tool.build is not None
+        say(f"{tool.name}: building {tool.build.package} from the Go module proxy")
+        report = gobuild.build(tool.build, build_dir(tool), binary)
+        return record(report.seconds, report.peak_rss_mib)
+    if source == LOCAL_SOURCE:
+        assert tool.local_source is not None
+        folder = _local_folder(tool, local_source)
+        say(f"{tool.name}: building from the local source {folder}")
+        workdir = build_dir(tool).with_name(build_dir(tool).name + "-local")
+        report = gobuild.build_local(folder, tool.local_source, workdir, binary)
+        return record(report.seconds, report.peak_rss_mib)
+    raise AssertionError(f"unknown source {source}")
 
 
 def link_into_bin(tool: Tool) -> None:

@@ -45,6 +45,16 @@ class GoBuild(BaseModel):
     checksum_db: bool = True
 
 
+class LocalSource(BaseModel):
+    """A tool's source folder inside the local-source directory (`--local-source`,
+    `$SPOTPOOL_LOCAL_SOURCE`): the last resort, for offline mirrors and refused modules."""
+
+    folder: str = Field(description="folder name inside the local-source directory")
+    module_dir: str = Field(".", description="where its go.mod is, inside the folder")
+    package: str = Field(".", description="the main package, relative to module_dir")
+    ldflags: list[str] = []
+
+
 class Tool(BaseModel):
     name: str
     version: str
@@ -58,6 +68,7 @@ class Tool(BaseModel):
         default_factory=dict,
         description="file name -> (module, version, path in module) copied beside the binary",
     )
+    local_source: LocalSource | None = None
     optional_because: str | None = Field(
         None, description="why nothing in the project needs it: missing is a warning, not a failure"
     )
@@ -108,10 +119,11 @@ TOOLS: list[Tool] = [
                 )
             ],
         ),
-        optional_because=(
-            "the engine runs the stack program inline through the Automation API, which "
-            "serves the language runtime itself; only `pulumi up/preview` typed by hand "
-            "in the repository need this host"
+        # The proxy refuses this module at every version; the source folder is the module's
+        # own files with its monorepo replaces dropped (see its README).
+        local_source=LocalSource(
+            folder=f"pulumi-language-python-{PULUMI_VERSION}",
+            ldflags=[_x(PULUMI_VERSION_VAR, f"v{PULUMI_VERSION}")],
         ),
         extra_files={
             "pulumi-language-python-exec": (
@@ -181,6 +193,20 @@ TOOLS: list[Tool] = [
                 )
             ],
         ),
+        # Refused by the proxy too; the folder holds the provider with its generated schema.
+        local_source=LocalSource(
+            folder=f"pulumi-kubernetes-provider-{KUBERNETES_PLUGIN_VERSION}",
+            module_dir="provider",
+            package="./cmd/pulumi-resource-kubernetes",
+            ldflags=[
+                "-s",
+                "-w",
+                _x(
+                    "github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version",
+                    KUBERNETES_PLUGIN_VERSION,
+                ),
+            ],
+        ),
     ),
     Tool(
         name="etcd",
@@ -224,7 +250,11 @@ def _kubernetes_command(name: str) -> Tool:
     )
 
 
-TOOLS += [_kubernetes_command("kube-apiserver"), _kubernetes_command("kubectl")]
+TOOLS += [
+    _kubernetes_command("kube-apiserver"),
+    _kubernetes_command("kube-controller-manager"),
+    _kubernetes_command("kubectl"),
+]
 TOOLS.append(
     Tool(
         name="versitygw",
