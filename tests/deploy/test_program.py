@@ -19,6 +19,8 @@ TYPES = {
     "PersistentVolumeClaim": "kubernetes:core/v1:PersistentVolumeClaim",
     "Deployment": "kubernetes:apps/v1:Deployment",
     "Service": "kubernetes:core/v1:Service",
+    "ConfigMap": "kubernetes:core/v1:ConfigMap",
+    "ServiceMonitor": "kubernetes:monitoring.coreos.com/v1:ServiceMonitor",
 }
 
 
@@ -51,7 +53,11 @@ def _expected(config: InstallConfig) -> dict[tuple[str, str], dict[str, Any]]:
 
 @pulumi.runtime.test
 def test_every_object_of_the_install_is_declared_as_rendered(mocks: KubeMocks) -> Any:
-    config = InstallConfig(watch_namespaces=["team-a", "team-b"], image="r/spotpool:9")
+    config = InstallConfig(
+        watch_namespaces=["team-a", "team-b"],
+        image="r/spotpool:9",
+        monitoring={"serviceMonitor": True},
+    )
 
     def check(_: object) -> None:
         assert mocks.declared == _expected(config)

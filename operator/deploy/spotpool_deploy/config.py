@@ -3,7 +3,7 @@
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from spotpool.api.spec import parse_duration
@@ -42,6 +42,58 @@ class Storage(Model):
     storage_class_name: str | None = Field(None, description="StorageClass; None: the default.")
 
 
+class Metrics(Model):
+    port: int = Field(9090, ge=1, le=65535, description="Port of the Prometheus /metrics.")
+    service: bool = Field(
+        True, description="A ClusterIP Service on that port, with prometheus.io/* annotations."
+    )
+
+
+class Monitoring(Model):
+    dashboard: bool = Field(
+        True, description="Ship the Grafana dashboard as a ConfigMap (dashboard.json)."
+    )
+    dashboard_namespace: str | None = Field(
+        None,
+        description="Namespace of the dashboard's ConfigMap; None: the operator's. The Grafana "
+        "sidecar of kube-prometheus-stack reads only Grafana's own namespace unless its "
+        "searchNamespace says otherwise.",
+    )
+    dashboard_labels: dict[str, str] = Field(
+        default_factory=lambda: {"grafana_dashboard": "1"},
+        description="Labels the Grafana sidecar looks for (kube-prometheus-stack's default).",
+    )
+    dashboard_folder: str | None = Field(
+        None, description="Grafana folder for the dashboard, through the annotation below."
+    )
+    dashboard_folder_annotation: str = Field(
+        "grafana_folder", description="The sidecar's folderAnnotation."
+    )
+    service_monitor: bool = Field(
+        False,
+        description="Add a ServiceMonitor (needs the Prometheus Operator's CRDs) for the "
+        "metrics Service.",
+    )
+    service_monitor_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra labels of the ServiceMonitor, e.g. {release: kube-prometheus-stack} "
+        "for that chart's default serviceMonitorSelector.",
+    )
+    scrape_interval: str = Field("30s", description="How often Prometheus scrapes the operator.")
+
+    @field_validator("dashboard_namespace")
+    @classmethod
+    def _namespace(cls, value: str | None) -> str | None:
+        return None if value is None else _label(value)
+
+    @field_validator("scrape_interval")
+    @classmethod
+    def _interval(cls, value: str) -> str:
+        if parse_duration(value) <= 0:
+            raise ValueError("monitoring.scrapeInterval must be longer than 0s")
+        return value
+
+
 class InstallConfig(Model):
     name: str = Field("spotpool-operator", description="Name of the Deployment and its account.")
     namespace: str = Field("spotpool-system", description="Namespace the operator runs in.")
@@ -77,6 +129,8 @@ class InstallConfig(Model):
     refresh_interval: str = Field("60s", description="Refresh period of pools that set none.")
     resources: Resources = Field(default_factory=Resources)
     storage: Storage = Field(default_factory=Storage)
+    monitoring: Monitoring = Field(default_factory=Monitoring)
+    metrics: Metrics = Field(default_factory=Metrics)
 
     @field_validator("name", "namespace")
     @classmethod
@@ -98,6 +152,15 @@ class InstallConfig(Model):
         if parse_duration(value) <= 0:
             raise ValueError("refreshInterval must be longer than 0s")
         return value
+
+    @model_validator(mode="after")
+    def _monitor_has_a_service(self) -> "InstallConfig":
+        if self.monitoring.service_monitor and not self.metrics.service:
+            raise ValueError(
+                "monitoring.serviceMonitor needs metrics.service: the ServiceMonitor scrapes "
+                "the metrics Service"
+            )
+        return self
 
     @property
     def all_namespaces(self) -> bool:

@@ -22,6 +22,15 @@ class _Dumper(yaml.SafeDumper):
         return True
 
 
+def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    """Multi-line text (the dashboard's JSON) as a `|` block, readable in review."""
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _text)
+
+
 def dump(obj: object) -> str:
     return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True)
 

@@ -4,7 +4,7 @@ import copy
 from typing import Any
 
 from spotpool.api import crd
-from spotpool_deploy import rbac, workload
+from spotpool_deploy import monitoring, rbac, workload
 from spotpool_deploy.config import InstallConfig
 from spotpool_deploy.meta import metadata
 
@@ -34,7 +34,8 @@ def custom_resource_definition(config: InstallConfig) -> Object:
 
 def render(config: InstallConfig) -> list[Object]:
     """Namespace and CRD first (the rest lives in or refers to them), then the account, its
-    rights, the state volume, the operator and its metrics Service. Fresh dicts each call."""
+    rights, the state volume, the operator, its metrics Service, the Grafana dashboard and
+    (when asked for) a ServiceMonitor. Fresh dicts each call."""
     objects: list[Object] = []
     if config.create_namespace:
         objects.append(namespace(config))
@@ -45,7 +46,12 @@ def render(config: InstallConfig) -> list[Object]:
     if config.file_backend:
         objects.append(workload.state_claim(config))
     objects.append(workload.deployment(config))
-    objects.append(workload.metrics_service(config))
+    if config.metrics.service:
+        objects.append(workload.metrics_service(config))
+    if config.monitoring.dashboard:
+        objects.append(monitoring.dashboard_config_map(config))
+    if config.monitoring.service_monitor:
+        objects.append(monitoring.service_monitor(config))
     return copy.deepcopy(objects)
 
 

@@ -29,12 +29,18 @@ RESOURCES: dict[str, Callable[..., pulumi.CustomResource]] = {
     "v1/PersistentVolumeClaim": k8s.core.v1.PersistentVolumeClaim,
     "apps/v1/Deployment": k8s.apps.v1.Deployment,
     "v1/Service": k8s.core.v1.Service,
+    "v1/ConfigMap": k8s.core.v1.ConfigMap,
+    "monitoring.coreos.com/v1/ServiceMonitor": lambda name, opts, **args: (
+        k8s.apiextensions.CustomResource(
+            name, "monitoring.coreos.com/v1", "ServiceMonitor", opts=opts, **args
+        )
+    ),
 }
 # Created in this order; each tier waits for the ones before it.
 TIERS = [
     {"Namespace", "CustomResourceDefinition"},
     {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"},
-    {"PersistentVolumeClaim", "Service"},
+    {"PersistentVolumeClaim", "Service", "ConfigMap", "ServiceMonitor"},
     {"Deployment"},
 ]
 ARG_NAMES = {

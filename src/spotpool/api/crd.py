@@ -100,6 +100,35 @@ def render() -> dict[str, Any]:
                         _column("Ready", "integer", ".status.readyReplicas"),
                         _column("Phase", "string", ".status.phase"),
                         _column("Age", "date", ".metadata.creationTimestamp"),
+                        # -o wide: trouble at a glance, without -o yaml
+                        _column(
+                            "Reclaims",
+                            "integer",
+                            ".status.reclaims.total",
+                            1,
+                            "Spot instances the cloud reclaimed from this pool.",
+                        ),
+                        _column(
+                            "Last-Reclaim",
+                            "date",
+                            ".status.reclaims.lastTime",
+                            1,
+                            "How long ago the last reclaim was found.",
+                        ),
+                        _column(
+                            "Last-Op",
+                            "string",
+                            ".status.stack.lastOperation.kind",
+                            1,
+                            "The last engine operation (up, refresh, destroy).",
+                        ),
+                        _column(
+                            "Result",
+                            "string",
+                            ".status.stack.lastOperation.result",
+                            1,
+                            "How the last engine operation ended (succeeded or failed).",
+                        ),
                     ],
                 }
             ],
@@ -107,8 +136,16 @@ def render() -> dict[str, Any]:
     }
 
 
-def _column(name: str, kind: str, path: str) -> dict[str, str]:
-    return {"name": name, "type": kind, "jsonPath": path}
+def _column(
+    name: str, kind: str, path: str, priority: int = 0, description: str = ""
+) -> dict[str, Any]:
+    """A printer column; priority 1 shows only with `kubectl get -o wide`."""
+    column: dict[str, Any] = {"name": name, "type": kind, "jsonPath": path}
+    if priority:
+        column["priority"] = priority
+    if description:
+        column["description"] = description
+    return column
 
 
 def render_yaml() -> str:
