@@ -1,0 +1,103 @@
+"""Engine slots: bounded per replica and per account, the most urgent waiter first."""
+
+import asyncio
+
+from spotpool_operator.slots import EngineSlots, Priority
+
+
+async def _run(slots: EngineSlots, order: list[str], name: str, priority: Priority,
+               account: str = "", hold: asyncio.Event | None = None) -> None:  # fmt: skip
+    async with slots.take(priority, account):
+        order.append(name)
+        if hold is not None:
+            await hold.wait()
+        await asyncio.sleep(0)
+
+
+def test_replacements_go_first_then_updates_refreshes_and_creations() -> None:
+    async def scenario() -> list[str]:
+        order: list[str] = []
+        slots, gate = EngineSlots(1), asyncio.Event()
+        first = asyncio.create_task(_run(slots, order, "busy", Priority.CREATE, hold=gate))
+        await asyncio.sleep(0)
+        tasks = [
+            asyncio.create_task(_run(slots, order, name, priority))
+            for name, priority in [
+                ("create-1", Priority.CREATE), ("refresh-1", Priority.REFRESH),
+                ("create-2", Priority.CREATE), ("replace-1", Priority.REPLACE),
+                ("update-1", Priority.UPDATE), ("replace-2", Priority.REPLACE),
+            ]
+        ]  # fmt: skip
+        await asyncio.sleep(0)
+        assert slots.queued() == 6 and slots.queued(Priority.REPLACE) == 2
+        gate.set()
+        await asyncio.gather(first, *tasks)
+        assert slots.running == 0 and slots.queued() == 0
+        return order
+
+    assert asyncio.run(scenario()) == [
+        "busy",
+        "replace-1",
+        "replace-2",
+        "update-1",
+        "refresh-1",
+        "create-1",
+        "create-2",
+    ]
+
+
+def test_one_account_never_takes_more_than_its_share() -> None:
+    async def scenario() -> tuple[int, int, list[str]]:
+        order: list[str] = []
+        slots, gate = EngineSlots(3, per_account=1), asyncio.Event()
+        tasks = [
+            asyncio.create_task(
+                _run(slots, order, f"{account}{i}", Priority.REPLACE, account, gate)
+            )
+            for i in range(3)
+            for account in ("a", "b")
+        ]
+        await asyncio.sleep(0.01)
+        running, waiting = slots.running, slots.queued()
+        gate.set()
+        await asyncio.gather(*tasks)
+        return running, waiting, order
+
+    running, waiting, order = asyncio.run(scenario())
+    assert (running, waiting) == (2, 4)  # one of a's, one of b's: the third slot stays free
+    assert sorted(order[:2]) == ["a0", "b0"]
+
+
+def test_a_cancelled_waiter_gives_its_place_up() -> None:
+    async def scenario() -> list[str]:
+        order: list[str] = []
+        slots, gate = EngineSlots(1), asyncio.Event()
+        busy = asyncio.create_task(_run(slots, order, "busy", Priority.REPLACE, hold=gate))
+        await asyncio.sleep(0)
+        gone = asyncio.create_task(_run(slots, order, "gone", Priority.REPLACE))
+        later = asyncio.create_task(_run(slots, order, "later", Priority.CREATE))
+        await asyncio.sleep(0)
+        gone.cancel()
+        gate.set()
+        await asyncio.gather(busy, later)
+        assert slots.running == 0
+        return order
+
+    assert asyncio.run(scenario()) == ["busy", "later"]
+
+
+def test_resize_lets_more_through() -> None:
+    async def scenario() -> int:
+        order: list[str] = []
+        slots, gate = EngineSlots(4, per_account=1), asyncio.Event()
+        tasks = [asyncio.create_task(_run(slots, order, str(i), Priority.UPDATE, "a", gate))
+                 for i in range(3)]  # fmt: skip
+        await asyncio.sleep(0)
+        slots.resize(per_account=3)
+        await asyncio.sleep(0)
+        running = slots.running
+        gate.set()
+        await asyncio.gather(*tasks)
+        return running
+
+    assert asyncio.run(scenario()) == 3
