@@ -156,3 +156,16 @@ def test_path_comes_before_the_download_and_the_cache_before_path(
 
     (tool_dir(tool) / "install.json").unlink()  # a binary in the cache, no record of it
     assert install(tool, lambda _: None, mirror).source == CACHE
+
+
+def test_a_binary_without_a_version_flag_is_checked_by_its_build_info(
+    cache: Path, mirror: Path
+) -> None:
+    """As the kubernetes plugin: running it starts a server, so its stamped version is read."""
+    tool = _tool(f"http://127.0.0.1:{_closed_port()}/hello").model_copy(
+        update={"version_args": [], "version_in_build_info": "main.version=1.2.3"}
+    )
+    assert install(tool, lambda _: None, mirror).source == LOCAL_SOURCE
+    assert status(tool).ok
+    other = tool.model_copy(update={"version_in_build_info": "main.version=1.2.4"})
+    assert status(other).detail == "does not report the pinned version"

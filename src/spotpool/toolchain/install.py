@@ -7,6 +7,7 @@ folder (`--local-source`, `$SPOTPOOL_LOCAL_SOURCE`: an offline mirror of refused
 
 import io
 import json
+import mmap
 import os
 import shutil
 import subprocess
@@ -78,6 +79,8 @@ def read_record(tool: Tool) -> InstallRecord | None:
 
 
 def _reports_version(binary: Path, tool: Tool) -> bool:
+    if tool.version_in_build_info is not None:
+        return _build_info_holds(binary, tool.version_in_build_info.encode())
     try:
         out = subprocess.run(
             [str(binary), *tool.version_args], capture_output=True, text=True, timeout=30
@@ -85,6 +88,14 @@ def _reports_version(binary: Path, tool: Tool) -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return tool.version in (out.stdout + out.stderr)
+
+
+def _build_info_holds(binary: Path, marker: bytes) -> bool:
+    try:
+        with binary.open("rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return m.find(b"-ldflags=") >= 0 and m.find(marker) >= 0
+    except (OSError, ValueError):
+        return False
 
 
 def _plugin_dir(tool: Tool) -> Path | None:

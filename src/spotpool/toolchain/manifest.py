@@ -60,6 +60,9 @@ class Tool(BaseModel):
     version: str
     binary: str
     version_args: list[str] = Field(description="arguments that make the binary print its version")
+    # For a binary with no version flag: text its embedded Go build info holds (the -ldflags
+    # that stamped the version), read from the file instead of running it.
+    version_in_build_info: str | None = None
     build: GoBuild | None = None
     download_url: str | None = None
     download_member: str | None = Field(None, description="path of the binary in the archive")
@@ -175,7 +178,8 @@ TOOLS: list[Tool] = [
         name="pulumi-resource-kubernetes",
         version=KUBERNETES_PLUGIN_VERSION,
         binary="pulumi-resource-kubernetes",
-        version_args=["-version"],
+        version_args=[],  # it has no version flag: it starts serving
+        version_in_build_info=f"pkg/version.Version={KUBERNETES_PLUGIN_VERSION}",
         plugin=("resource", "kubernetes"),
         download_url=(
             "https://get.pulumi.com/releases/plugins/pulumi-resource-kubernetes-"
