@@ -3,10 +3,14 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 SPOTPOOL := $(VENV)/bin/spotpool
-# The tools the tests and the demo run. `make toolchain` installs these and the rest: the
-# optional Python language host and the kubernetes plugin, whose modules this workplace's Go
-# module proxy refuses (see README, "What cannot be built here").
-RUN_TOOLS := pulumi pulumi-resource-tencentcloud etcd kube-apiserver kubectl versitygw helm
+# The tools the tests and the demo run; `make toolchain` installs every tool of the manifest.
+RUN_TOOLS := pulumi pulumi-language-python pulumi-resource-tencentcloud pulumi-resource-kubernetes
+RUN_TOOLS += etcd kube-apiserver kube-controller-manager kubectl versitygw helm
+# Source folders of the tools whose modules the Go module proxy refuses (the language host,
+# the kubernetes plugin): the last source tried. A fresh clone has shared/ beside it.
+HERE := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
+SPOTPOOL_LOCAL_SOURCE ?= $(abspath $(HERE)../shared/upstream)
+LOCAL_SOURCE_FLAG := $(if $(wildcard $(SPOTPOOL_LOCAL_SOURCE)),--local-source $(SPOTPOOL_LOCAL_SOURCE))
 
 .PHONY: venv toolchain run-tools lint test demo clean
 
@@ -19,10 +23,10 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 toolchain: venv
-	$(SPOTPOOL) toolchain install
+	$(SPOTPOOL) toolchain install $(LOCAL_SOURCE_FLAG)
 
 run-tools: venv
-	$(SPOTPOOL) toolchain install $(RUN_TOOLS)
+	$(SPOTPOOL) toolchain install $(LOCAL_SOURCE_FLAG) $(RUN_TOOLS)
 
 lint: venv
 	$(VENV)/bin/ruff check .

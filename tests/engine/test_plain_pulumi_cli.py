@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.conftest import EngineWorld
+from spotpool.localworld.emulator import wait_until
+from spotpool.toolchain.paths import bin_dir
+from tests.conftest import require_tool
+from tests.engine.conftest import REGION, EngineWorld
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).parents[2]
@@ -76,3 +79,68 @@ def test_spotpool_stacks_ls_and_show(world: EngineWorld) -> None:
         [spotpool, "stacks", "show", "team-a.nope"], env=env, capture_output=True, text=True
     )
     assert missing.returncode != 0 and "no stack" in missing.stderr
+
+
+def test_plain_pulumi_runs_the_program_through_the_language_host(
+    world: EngineWorld, tmp_path: Path
+) -> None:
+    """docs/inspecting-stacks.md, "Previewing and changing a stack by hand": the config from the
+    last update, a preview with no changes, a reclaim found by a hand-typed `pulumi refresh`,
+    and a hand-typed `pulumi up` (the pool paused) recreating the slot. The real CLI runs
+    stacks/spotpool through the Python language host built from its local source."""
+    require_tool("pulumi-language-python")
+    stack = world.pool("by-hand")
+    first = {i.slot: i.instance_id for i in stack.up(world.config(stack, 2)).instances}
+    config_file = tmp_path / f"Pulumi.{stack.name}.yaml"  # not in the checkout
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir()}:{os.environ['PATH']}",  # `eval "$(spotpool toolchain env)"`
+        "PULUMI_BACKEND_URL": world.settings.backend_url,
+        "PULUMI_CONFIG_PASSPHRASE": world.settings.passphrase.get_secret_value(),
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        **world.credentials.provider_env(),
+        "TENCENTCLOUD_REGION": REGION,
+        # The emulator is the cloud, reached as an HTTP proxy; the program's gRPC calls to the
+        # engine on loopback must not go through it.
+        "TENCENTCLOUD_PROTOCOL": "HTTP",
+        "HTTP_PROXY": world.emulator.endpoint,
+        "NO_PROXY": "127.0.0.1,localhost",
+    }
+
+    def pulumi(*args: str) -> str:
+        config = [] if args[0] == "stack" else ["--config-file", str(config_file)]
+        done = subprocess.run(
+            ["pulumi", *args, "--stack", stack.name, *config],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done.stdout
+
+    pulumi("config", "refresh")
+    assert "spotpool:pool" in config_file.read_text()
+    shown = pulumi("preview", "--expect-no-changes", "--diff")  # fails on any change
+    assert "4 unchanged" in shown, shown  # the stack, the pool component, its 2 instances
+
+    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[1]]})
+    wait_until(lambda: first[1] not in world.cloud_instances(stack), "the reclaim", timeout=30)
+    refreshed = pulumi("refresh", "--yes", "--diff", "--skip-preview")
+    assert "-slot-1" in refreshed and "deleted" in refreshed, refreshed
+    assert sorted(_recorded(pulumi("stack", "export"))) == [first[0]]
+
+    pulumi("up", "--yes", "--skip-preview")
+    now = _recorded(pulumi("stack", "export"))
+    assert len(now) == 2 and first[0] in now and first[1] not in now
+    assert sorted(world.cloud_instances(stack)) == sorted(now)
+    # The engine agrees: its own refresh finds nothing gone.
+    assert stack.refresh().gone_slots == []
+    assert not list(ROOT.glob(f"Pulumi.{stack.name}.yaml"))
+
+
+def _recorded(exported: str) -> list[str]:
+    """Instance ids in a `pulumi stack export`."""
+    resources = json.loads(exported)["deployment"]["resources"]
+    return [
+        r["outputs"]["id"]
+        for r in resources
+        if r["type"] == "tencentcloud:Instance/instance:Instance" and "outputs" in r
+    ]
