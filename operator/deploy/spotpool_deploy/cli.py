@@ -9,7 +9,7 @@ import yaml
 from pydantic import ValidationError
 
 from spotpool.engine.settings import state_root
-from spotpool_deploy import kustomize
+from spotpool_deploy import helm, kustomize
 from spotpool_deploy.config import InstallConfig
 
 HERE = Path(__file__).resolve().parents[1]
@@ -42,9 +42,18 @@ WATCH = typer.Option([], "--watch-namespace", help="Serve only this namespace (r
 BACKEND = typer.Option(None, "--backend-url", help="Pulumi state backend of the pools.")
 
 
+KUSTOMIZE = HERE / "kustomize"
+CHART = HERE / "helm" / helm.CHART_NAME
+
+
 @app.command()
 def render(
-    out: Path = typer.Option(HERE / "kustomize", help="Directory of the kustomization."),
+    out: Path = typer.Option(KUSTOMIZE, help="Directory of the kustomization."),
+    chart: Path | None = typer.Option(
+        None,
+        help="Directory of the Helm chart (its settings are values, so flags do not change it). "
+        "Default: operator/deploy/helm/spotpool when OUT is the default.",
+    ),
     check: bool = typer.Option(False, help="Only check that OUT holds what the settings give."),
     config_file: Path | None = CONFIG,
     image: str | None = IMAGE,
@@ -52,18 +61,25 @@ def render(
     watch: list[str] = WATCH,
     backend: str | None = BACKEND,
 ) -> None:
-    """Write the install as YAML for `kubectl apply -k OUT` (or check it has not drifted)."""
+    """Write the install as YAML for `kubectl apply -k OUT` and as a Helm chart (or check that
+    neither has drifted)."""
     config = load(config_file, image, namespace, watch, backend)
+    if chart is None and out == KUSTOMIZE:
+        chart = CHART
     if check:
-        problems = kustomize.drift(config, out)
+        problems = [f"{out}: {problem}" for problem in kustomize.drift(config, out)]
+        if chart is not None:
+            problems += [f"{chart}: {problem}" for problem in helm.drift(chart)]
         for problem in problems:
-            typer.echo(f"{out}: {problem}", err=True)
+            typer.echo(problem, err=True)
         if problems:
             typer.echo("regenerate: python -m spotpool_deploy render", err=True)
             raise typer.Exit(1)
         return
     written = kustomize.write(config, out)
     typer.echo(f"wrote {len(written)} files to {out}")
+    if chart is not None:
+        typer.echo(f"wrote the chart ({len(helm.write(chart))} files) to {chart}")
 
 
 class Operation(StrEnum):

@@ -10,7 +10,7 @@ from spotpool_deploy.config import InstallConfig
 from spotpool_deploy.meta import labels, metadata, selector_labels
 
 USER_ID = 10001  # the image's `spotpool` user
-METRICS_PORT = 9090  # `spotpool operator run` defaults
+METRICS_PORT = 9090  # `spotpool operator run` defaults (the install: metrics.port)
 LIVENESS_PORT = 8081
 STATE_DIR = "/var/lib/spotpool/state"  # the file:// backend (PersistentVolumeClaim)
 WORK_DIR = "/var/lib/spotpool/work"  # per-stack workspaces, rebuilt from the backend
@@ -46,7 +46,7 @@ def _env(config: InstallConfig) -> list[dict[str, str]]:
         "SPOTPOOL_MAX_CONCURRENT": str(config.max_concurrent),
         "SPOTPOOL_REFRESH_INTERVAL": config.refresh_interval,
         "SPOTPOOL_METRICS_HOST": "0.0.0.0",
-        "SPOTPOOL_METRICS_PORT": str(METRICS_PORT),
+        "SPOTPOOL_METRICS_PORT": str(config.metrics.port),
         "SPOTPOOL_LIVENESS_PORT": str(LIVENESS_PORT),
         "SPOTPOOL_LOG_FORMAT": "json",
         "PULUMI_HOME": PULUMI_HOME,
@@ -111,7 +111,7 @@ def _container(config: InstallConfig) -> dict[str, Any]:
         "args": ["operator", "run"],
         "env": _env(config),
         "ports": [
-            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": config.metrics.port, "protocol": "TCP"},
             {"name": "liveness", "containerPort": LIVENESS_PORT, "protocol": "TCP"},
         ],
         # kopf answers /healthz once it has connected and started its watches.
@@ -177,7 +177,7 @@ def metrics_service(config: InstallConfig) -> dict[str, Any]:
             **metadata(config, f"{config.name}-metrics", config.namespace),
             "annotations": {
                 "prometheus.io/scrape": "true",
-                "prometheus.io/port": str(METRICS_PORT),
+                "prometheus.io/port": str(config.metrics.port),
                 "prometheus.io/path": "/metrics",
             },
         },
@@ -187,7 +187,7 @@ def metrics_service(config: InstallConfig) -> dict[str, Any]:
             "ports": [
                 {
                     "name": "metrics",
-                    "port": METRICS_PORT,
+                    "port": config.metrics.port,
                     "targetPort": "metrics",
                     "protocol": "TCP",
                 }
