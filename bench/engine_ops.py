@@ -9,7 +9,10 @@ them; then as many are reclaimed by the cloud and `refresh` + `up` replace them 
 adoption saves: new instances, which a spot market may not have); then `destroy`.
 Peak memory is the largest resident set of any process the runs spawned and reaped (the pulumi
 CLI, the tencentcloud plugin), read from getrusage(RUSAGE_CHILDREN); the bench's own peak (the
-Python program, run inline) is printed beside it.
+Python program, run inline) is printed beside it. Beside each time: how many Pulumi CLI
+processes the operation started (each costs a process start and a backend read), and a
+targeted replacement (`replace_slots`, the operator's reclaim path) is timed beside the
+refresh-then-up way.
 
     .venv/bin/python bench/engine_ops.py [--sizes 1 5 20]
 """
@@ -25,6 +28,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from pulumi import automation as auto
 from pydantic import SecretStr
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,12 +47,30 @@ from spotpool.localworld.emulator import (  # noqa: E402
 )
 from spotpool.localworld.engine import REGION, EngineWorld, pool_spec  # noqa: E402
 
+CLI_RUNS: list[str] = []  # the subcommand of every Pulumi CLI process started
+
+
+def _count_cli_runs() -> None:
+    """Count every CLI process the Automation API starts, by wrapping its one way to run one."""
+    run = auto.PulumiCommand.run
+
+    def counted(self: auto.PulumiCommand, args: list[str], *rest: object, **kw: object) -> object:
+        CLI_RUNS.append(args[0] if args else "")
+        return run(self, args, *rest, **kw)  # type: ignore[arg-type]
+
+    auto.PulumiCommand.run = counted  # type: ignore[method-assign,assignment]
+
 
 def _timed(label: str, call: Callable[[], object]) -> float:
+    runs = len(CLI_RUNS)
     started = time.monotonic()
     call()
     seconds = time.monotonic() - started
-    print(f"  {label:<24} {seconds:6.2f} s", flush=True)
+    commands = CLI_RUNS[runs:]
+    print(
+        f"  {label:<24} {seconds:6.2f} s  {len(commands):2d} CLI runs ({' '.join(commands)})",
+        flush=True,
+    )
     return seconds
 
 
@@ -80,6 +102,13 @@ def _bench_pool(world: EngineWorld, stack: PoolStack, n: int) -> None:
     made = _runs(emulator)
     _timed(f"refresh+up (replace {len(half)})", partial(_replace, stack, up))
     print(f"  {'':<24} {_runs(emulator) - made} instance(s) created", flush=True)
+    lost = {stack.state_instance_ids()[slot] for slot in half}
+    emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": sorted(lost)})
+    wait_until(lambda: not lost & set(world.cloud_instances(stack)), "the reclaim", 60)
+    made = _runs(emulator)
+    config = StackConfig.from_spec(stack.pool, pool_spec(n))
+    _timed(f"targeted (replace {len(half)})", partial(stack.replace_slots, config, half))
+    print(f"  {'':<24} {_runs(emulator) - made} instance(s) created", flush=True)
     _timed("destroy", stack.destroy)
 
 
@@ -87,6 +116,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 5, 20])
     args = parser.parse_args()
+    _count_cli_runs()
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory(prefix="spotpool-bench-") as tmp:
         work = Path(tmp)

@@ -1,0 +1,118 @@
+"""An Automation API stack that starts fewer Pulumi CLI processes per operation.
+
+After `up`, the Automation API runs three more CLI processes to build its result: `stack output
+--json`, `stack output --json --show-secrets` and `stack history --page-size 1`. Each costs a
+process start and a backend read (0.2-0.5 s, more on a busy node), and the engine then exports
+the state anyway. Here the outputs come from that one export (kept for the engine's own next
+look), and the change summary from the run's own summary event: an `up` costs the run and one
+export, a targeted replacement two CLI processes instead of four.
+"""
+
+import json
+import threading
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from pulumi import automation as auto
+from pulumi.automation import events
+
+STACK_TYPE = "pulumi:pulumi:Stack"
+SECRET_SIG = "4dabf18193072939515e22adb298388d"  # Pulumi's marker of a secret value in state
+SUMMARY_WAIT = 5.0  # seconds to wait for the run's summary event before asking the history
+
+OnEvent = Callable[[events.EngineEvent], Any]
+
+
+class LeanStack(auto.Stack):
+    """`auto.Stack` whose operations read their result from what the run itself reported."""
+
+    _summary: events.SummaryEvent | None
+    _summary_seen: threading.Event
+    _exported: auto.Deployment | None
+
+    @classmethod
+    def wrap(cls, stack: auto.Stack) -> "LeanStack":
+        """The same stack (workspace, program, selection), without selecting it again."""
+        lean = cls.__new__(cls)
+        lean.__dict__.update(stack.__dict__)
+        lean._summary, lean._summary_seen, lean._exported = None, threading.Event(), None
+        return lean
+
+    # --- the operations: capture the run's summary ------------------------------------------
+
+    # Keyword arguments only, as the engine calls them.
+    def up(self, **kwargs: Any) -> auto.UpResult:  # type: ignore[override]
+        return super().up(**self._capturing(kwargs))
+
+    def refresh(self, **kwargs: Any) -> auto.RefreshResult:  # type: ignore[override]
+        return super().refresh(**self._capturing(kwargs))
+
+    def destroy(self, **kwargs: Any) -> auto.DestroyResult:  # type: ignore[override]
+        return super().destroy(**self._capturing(kwargs))
+
+    def _capturing(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The operation's arguments with an `on_event` that also keeps its summary event."""
+        self._summary, self._exported = None, None
+        self._summary_seen.clear()
+        on_event: OnEvent | None = kwargs.get("on_event")
+
+        def capture(event: events.EngineEvent) -> None:
+            if event.summary_event is not None:
+                self._summary = event.summary_event
+                self._summary_seen.set()
+            if on_event is not None:
+                on_event(event)
+
+        return {**kwargs, "on_event": capture}
+
+    # --- what the Automation API asks after a run -------------------------------------------
+
+    def info(self, show_secrets: bool = True) -> auto.UpdateSummary | None:
+        """The last run's summary from its own summary event (no `stack history` run); the
+        history when there was none (no run yet, or its event did not come)."""
+        if self._summary is None and not self._summary_seen.wait(SUMMARY_WAIT):
+            return super().info(show_secrets)
+        summary, self._summary = self._summary, None
+        assert summary is not None
+        now = datetime.now(UTC)
+        return auto.UpdateSummary(
+            kind="update",
+            start_time=now,
+            message="",
+            environment={},
+            config={},
+            result="succeeded",
+            end_time=now,
+            resource_changes=dict(summary.resource_changes),
+        )
+
+    def outputs(self) -> auto.OutputMap:
+        """The stack's outputs from one export (kept for the next `export_stack`), not from
+        two `stack output` runs."""
+        self._exported = super().export_stack()
+        return outputs_of(self._exported.deployment or {})
+
+    def forget_export(self) -> None:
+        """Drop a kept export: called before each operation, whose state may have moved."""
+        self._exported = None
+
+    def export_stack(self) -> auto.Deployment:
+        """The export `outputs()` just made, once; otherwise a fresh one."""
+        exported, self._exported = self._exported, None
+        return exported if exported is not None else super().export_stack()
+
+
+def outputs_of(deployment: Mapping[str, Any]) -> auto.OutputMap:
+    """The root stack resource's outputs in a (`--show-secrets`) export, as the CLI gives them."""
+    for resource in deployment.get("resources") or []:
+        if resource.get("type") == STACK_TYPE:
+            return {key: _output(value) for key, value in (resource.get("outputs") or {}).items()}
+    return {}
+
+
+def _output(value: Any) -> auto.OutputValue:
+    if isinstance(value, dict) and value.get(SECRET_SIG):
+        plaintext = value.get("plaintext")
+        return auto.OutputValue(json.loads(plaintext) if plaintext else None, secret=True)
+    return auto.OutputValue(value, secret=False)
