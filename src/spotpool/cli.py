@@ -8,7 +8,7 @@ from spotpool.api.cli import app as crd_app
 from spotpool.cluster.cli import app as cluster_app
 from spotpool.demo import demo
 from spotpool.emulator.cli import app as emulator_app
-from spotpool.preview.cli import preview
+from spotpool.preview.cli import PreviewCommand, preview
 from spotpool.stacks_cli import app as stacks_app
 from spotpool.toolchain.cli import app as toolchain_app
 
@@ -25,5 +25,5 @@ app.add_typer(crd_app, name="crd")
 app.add_typer(operator_app, name="operator")
 app.add_typer(deploy_app, name="deploy")
 app.add_typer(stacks_app, name="stacks")
-app.command()(preview)
+app.command(cls=PreviewCommand)(preview)
 app.command()(demo)

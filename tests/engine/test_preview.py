@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from spotpool.api.status import Changes
 from spotpool.preview import manifests, report
 from spotpool.preview.run import preview_manifests, preview_stacks
 from tests.emulator.harness import SECRET_ID, SECRET_KEY
@@ -58,14 +59,17 @@ def test_preview_counts_and_leaves_no_trace(world: EngineWorld, tmp_path: Path) 
         0,
     )
     assert unchanged.changes.update == 0
+    assert unchanged.instances == Changes(same=2)
 
     _manifest(files, "gpu", 4)
     [bigger] = preview_manifests(manifests.find([files]), world.settings, world.credentials)
     assert bigger.changes is not None and bigger.changes.create == 2
+    assert bigger.instances == Changes(create=2, same=2)
 
     _manifest(files, "gpu", 2, instanceTypes=["GN7.5XLARGE80"])
     [other_type] = preview_manifests(manifests.find([files]), world.settings, world.credentials)
     assert other_type.changes is not None and other_type.changes.replace == 2
+    assert other_type.instances == Changes(replace=2)
 
     assert _snapshot(backend, world.settings.work_root) == before
     assert len(world.cloud_instances(stack)) == 2
@@ -87,11 +91,15 @@ def test_new_pool_invalid_manifest_and_markdown(world: EngineWorld, tmp_path: Pa
     previews = preview_manifests(manifests.find([files]), world.settings, world.credentials)
     by_name = {p.name: p for p in previews}
     assert by_name["broken"].error and "minimum" in by_name["broken"].error
-    assert by_name["fresh"].changes is not None and by_name["fresh"].changes.create >= 3
+    # A new pool: its stack and component are created too, but a reviewer counts instances.
+    assert by_name["fresh"].changes is not None and by_name["fresh"].changes.create == 5
+    assert by_name["fresh"].instances == Changes(create=3)
     assert by_name["gpu"].changes is not None and by_name["gpu"].changes.create == 0
 
     markdown = report.to_markdown(previews)
-    assert "| pool | stack | creates | updates | replaces | deletes |" in markdown
+    assert "| pool | stack | instances to create | to update | to replace | to delete |" in markdown
+    assert "| `team-a/fresh` | `team-a.fresh` | 3 | 0 | 0 | 0 | changes |" in markdown
+    assert "Pulumi resources: 5 to create" in markdown
     assert markdown.count("<details>") == 3
     assert json.loads(report.to_json(previews))["pools"][0].keys() >= {"file", "changes", "error"}
     # the new pool was previewed in a throwaway backend: the real one has no stack for it
@@ -127,4 +135,16 @@ def test_all_stacks_mode_and_cli_exit_codes(world: EngineWorld, tmp_path: Path) 
     )
     assert run.returncode == 2, run.stderr
     [pool] = json.loads(run.stdout)["pools"]
-    assert pool["changes"]["create"] == 2
+    assert pool["changes"]["create"] == 2 and pool["instances"]["create"] == 2
+
+    # A configuration error is an error (1), never "changes" (2); so is a pool's error.
+    keyless = {k: v for k, v in env.items() if not k.startswith("TENCENTCLOUD_")}
+    run = subprocess.run([spotpool, "preview", "-f", str(files)], env=keyless,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 1 and "TENCENTCLOUD_SECRET_ID" in run.stderr, run.stderr
+    (files / "broken.yaml").write_text(
+        "apiVersion: devops.jokerbai.com/v1\nkind: Spotpool\nmetadata: {name: broken}\nspec: {}\n"
+    )
+    run = subprocess.run([spotpool, "preview", "-f", str(files), "--format", "text"], env=env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 1 and "ERROR" in run.stdout, run.stdout + run.stderr

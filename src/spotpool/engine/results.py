@@ -1,6 +1,6 @@
 """What each engine operation returns: typed, small, and free of secrets."""
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -44,6 +44,9 @@ class OperationResult(BaseModel):
         description="refresh: free slots holding an orphaned instance, which the next up adopts",
     )
     diff: str = Field("", description="preview: the engine's diff text")
+    instance_changes: Changes | None = Field(
+        None, description="preview: cloud instances by operation (not every Pulumi resource)"
+    )
     recovered: list[str] = Field(
         default_factory=list, description="what was repaired before the operation ran"
     )
@@ -59,3 +62,23 @@ def changes_from_summary(summary: Mapping[Any, int] | None) -> Changes:
         delete=counts.get("delete", 0),
         same=counts.get("same", 0),
     )
+
+
+REPLACING = {"replace", "create-replacement", "delete-replaced", "discard-replaced"}
+
+
+def changes_by_resource(steps: Iterable[tuple[str, str]]) -> Changes:
+    """Counts of resources by what happens to each, from its (urn, op) steps: a replacement
+    is several steps of one resource, counted once."""
+    ops: dict[str, set[str]] = {}
+    for urn, op in steps:
+        ops.setdefault(urn, set()).add(op)
+    counts = dict.fromkeys(("create", "update", "replace", "delete", "same"), 0)
+    for seen in ops.values():
+        if seen & REPLACING:
+            counts["replace"] += 1
+        else:
+            kind = next((op for op in ("create", "delete", "update", "same") if op in seen), None)
+            if kind is not None:
+                counts[kind] += 1
+    return Changes(**counts)

@@ -36,6 +36,7 @@ from spotpool.engine.results import (
     OperationKind,
     OperationResult,
     SlotOutput,
+    changes_by_resource,
     changes_from_summary,
 )
 from spotpool.engine.settings import EngineSettings
@@ -72,6 +73,12 @@ def pulumi_command(root: Path) -> auto.PulumiCommand:
     if not (root / "bin" / "pulumi").exists():
         raise EngineError(f"no pulumi CLI at {root / 'bin'}: run `make toolchain`")
     return auto.PulumiCommand(root=str(root))
+
+
+def _instance_step(event: auto.EngineEvent, steps: list[tuple[str, str]]) -> None:
+    pre = event.resource_pre_event
+    if pre is not None and pre.metadata.type == SLOT_TYPE:
+        steps.append((pre.metadata.urn, str(pre.metadata.op.value)))
 
 
 def slot_of_urn(urn: str) -> int | None:
@@ -205,13 +212,20 @@ class PoolStack:
                     stack = self._select(work_dir=work_dir, backend=f"file://{tmp}")
                 self._set_config(stack, config, login_password, tag=False)
                 lines: list[str] = []
-                reply = stack.preview(diff=True, color="never", on_output=lines.append)
+                steps: list[tuple[str, str]] = []  # (urn, op) of every instance's step
+                reply = stack.preview(
+                    diff=True,
+                    color="never",
+                    on_output=lines.append,
+                    on_event=lambda event: _instance_step(event, steps),
+                )
             except auto.CommandError as err:
                 raise EngineError(f"preview of stack {self.name} failed: {_reason(err)}") from None
         return OperationResult(
             kind=OperationKind.PREVIEW,
             stack=self.name,
             changes=changes_from_summary(reply.change_summary),
+            instance_changes=changes_by_resource(steps),
             diff="\n".join(lines),
             seconds=round(time.monotonic() - started, 2),
         )

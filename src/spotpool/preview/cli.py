@@ -3,14 +3,42 @@
 import os
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import typer
 from pydantic import SecretStr
+from typer.core import TyperCommand
 
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.settings import EngineSettings
 from spotpool.preview import manifests, report
 from spotpool.preview.run import preview_manifests, preview_stacks
+
+
+class PreviewCommand(TyperCommand):
+    """Exit code 2 means "changes" to CI, so a usage or configuration error (click's and
+    typer's own exit 2) exits 1, like every other error."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any
+    ) -> Any:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except typer.TyperException as err:  # click's UsageError and BadParameter among them
+            _as_error(err)
+            raise
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except typer.TyperException as err:
+            _as_error(err)
+            raise
+
+
+def _as_error(err: Exception) -> None:
+    if getattr(err, "exit_code", None) == 2:
+        err.exit_code = 1  # type: ignore[attr-defined]
 
 
 class Format(StrEnum):
@@ -40,12 +68,17 @@ def preview(
 ) -> None:
     """Preview Spotpool manifests (or all stacks) without changing anything.
 
-    Exit code: 0 no changes, 2 changes, 1 errors. Cloud keys come from TENCENTCLOUD_SECRET_ID
-    and TENCENTCLOUD_SECRET_KEY, the stacks' passphrase from PULUMI_CONFIG_PASSPHRASE.
+    Exit code: 0 no changes, 2 changes, 1 any error (a pool's, or of usage or configuration).
+    The summary counts cloud instances; the details, Pulumi resources. Cloud keys come from
+    TENCENTCLOUD_SECRET_ID and TENCENTCLOUD_SECRET_KEY, the stacks' passphrase from
+    PULUMI_CONFIG_PASSPHRASE.
     """
     if not files and not all_stacks:
         raise typer.BadParameter("give --file (manifests) or --all-stacks")
-    settings = EngineSettings.from_env()
+    try:
+        settings = EngineSettings.from_env()
+    except ValueError as err:  # no passphrase, a bad setting: a configuration error
+        raise typer.BadParameter(str(err)) from None
     settings.backend_url = backend or settings.backend_url
     settings.cloud_endpoint = cloud_endpoint or settings.cloud_endpoint
     credentials = _credentials()

@@ -1,7 +1,11 @@
-"""Render previews as markdown (a pull-request comment), plain text, or JSON."""
+"""Render previews as markdown (a pull-request comment), plain text, or JSON.
+
+The summary counts cloud instances, as reviewers think of a pool; the Pulumi resources (the
+stack and the pool's component besides the instances) are in each pool's details."""
 
 import json
 
+from spotpool.api.status import Changes
 from spotpool.preview.run import PoolPreview
 
 # Marks the comment the workflow keeps up to date.
@@ -23,6 +27,7 @@ def to_json(previews: list[PoolPreview]) -> str:
             "namespace": p.namespace,
             "name": p.name,
             "stack": p.stack,
+            "instances": p.instances.model_dump() if p.instances else None,
             "changes": p.changes.model_dump() if p.changes else None,
             "error": p.error,
         }
@@ -31,11 +36,19 @@ def to_json(previews: list[PoolPreview]) -> str:
     return json.dumps({"pools": pools}, indent=2)
 
 
-def _cells(p: PoolPreview) -> list[str]:
-    if p.changes is None:
+def _cells(changes: Changes | None) -> list[str]:
+    if changes is None:
         return ["-", "-", "-", "-"]
-    c = p.changes
+    c = changes
     return [str(c.create), str(c.update), str(c.replace), str(c.delete)]
+
+
+def _resources(changes: Changes) -> str:
+    create, update, replace, delete = _cells(changes)
+    return (
+        f"Pulumi resources: {create} to create, {update} to update, {replace} to replace, "
+        f"{delete} to delete, {changes.same} unchanged"
+    )
 
 
 def to_markdown(previews: list[PoolPreview]) -> str:
@@ -43,17 +56,20 @@ def to_markdown(previews: list[PoolPreview]) -> str:
         COMMENT_MARKER,
         "## Spotpool preview",
         "",
-        "| pool | stack | creates | updates | replaces | deletes | |",
+        "| pool | stack | instances to create | to update | to replace | to delete | |",
         "|---|---|---:|---:|---:|---:|---|",
     ]
     for p in previews:
         state = "error" if p.error else ("changes" if has_changes([p]) else "no change")
         lines.append(
-            f"| `{p.namespace}/{p.name}` | `{p.stack}` | {' | '.join(_cells(p))} | {state} |"
+            f"| `{p.namespace}/{p.name}` | `{p.stack}` | {' | '.join(_cells(p.instances))} "
+            f"| {state} |"
         )
     for p in previews:
         where = f" ({p.file})" if p.file else ""
         lines += ["", f"<details><summary><code>{p.namespace}/{p.name}</code>{where}</summary>", ""]
+        if p.changes is not None and not p.error:
+            lines += [_resources(p.changes) + ":", ""]
         body = f"Error: {p.error}" if p.error else (p.diff.strip() or "no changes")
         lines += ["```diff" if not p.error else "```", body, "```", "", "</details>"]
     return "\n".join(lines) + "\n"
@@ -66,9 +82,11 @@ def to_text(previews: list[PoolPreview]) -> str:
         if p.error:
             lines.append(f"{head}: ERROR {p.error}")
             continue
-        create, update, replace, delete = _cells(p)
+        create, update, replace, delete = _cells(p.instances)
         lines.append(
-            f"{head}: {create} to create, {update} to update, {replace} to replace, "
+            f"{head}: instances {create} to create, {update} to update, {replace} to replace, "
             f"{delete} to delete"
         )
+        if p.changes is not None:
+            lines.append(f"  {_resources(p.changes)}")
     return "\n".join(lines) + "\n"

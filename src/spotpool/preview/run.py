@@ -21,7 +21,8 @@ class PoolPreview(BaseModel):
     namespace: str
     name: str
     stack: str
-    changes: Changes | None = None
+    changes: Changes | None = None  # Pulumi resources (the stack and its component too)
+    instances: Changes | None = None  # cloud instances: what a reviewer counts
     diff: str = ""
     error: str | None = None
 
@@ -78,4 +79,5 @@ def _run(entry: PoolPreview, stack: PoolStack, config: StackConfig) -> None:
         entry.error = str(err)
         return
     entry.changes = result.changes
+    entry.instances = result.instance_changes
     entry.diff = result.diff
