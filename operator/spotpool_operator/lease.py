@@ -69,15 +69,20 @@ class OperatorLease:
 
     # --- acquiring and renewing --------------------------------------------------------------
 
-    def step(self) -> bool:
-        """One try to acquire or renew; True when this process holds the Lease after it."""
+    def step(self, current: Any = None) -> bool:
+        """One try to acquire or renew; True when this process holds the Lease after it.
+        `current`: the Lease as just read (a listing of all shards' Leases): no second read."""
         now = self.clock()
-        try:
-            lease = self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=10)
-        except kubernetes.client.ApiException as error:
-            if error.status != 404:
-                raise
-            return self._create(now)
+        lease = current
+        if lease is None:
+            try:
+                lease = self.api.read_namespaced_lease(
+                    self.name, self.namespace, _request_timeout=10
+                )
+            except kubernetes.client.ApiException as error:
+                if error.status != 404:
+                    raise
+                return self._create(now)
         spec = lease.spec
         holder = spec.holder_identity or ""
         if holder == self.identity:

@@ -94,9 +94,9 @@ def test_leases_only_in_the_operators_namespace_and_only_what_holding_one_takes(
             {
                 "apiGroups": ["coordination.k8s.io"],
                 "resources": ["leases"],
-                "verbs": ["get", "create", "update"],
+                "verbs": ["get", "list", "create", "update", "delete"],
             }
-        ]
+        ]  # membership and shard Leases: held, listed, dead members' deleted
 
 
 def test_no_rule_grants_wildcards_deletes_pods_nodes_leases_or_peering() -> None:
@@ -245,3 +245,19 @@ def test_settings_carry_through_and_bad_ones_are_refused() -> None:
 def test_optional_namespace_and_crd_are_left_out_when_managed_elsewhere() -> None:
     objects = render(InstallConfig(create_namespace=False, install_crd=False))
     assert not {"Namespace", "CustomResourceDefinition"} & {o["kind"] for o in objects}
+
+
+def test_replicas_share_an_s3_backend_roll_one_by_one_and_are_evicted_one_at_a_time() -> None:
+    with pytest.raises(ValueError, match="needs a shared backendUrl"):
+        InstallConfig(replicas=3)
+    config = InstallConfig(replicas=3, shards=32, backend_url="s3://state?region=ap-singapore")
+    objects = {identity(o): o for o in render(config)}
+    deployment = objects["Deployment/spotpool-system/spotpool-operator"]
+    assert deployment["spec"]["replicas"] == 3
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert {"name": "SPOTPOOL_SHARDS", "value": "32"} in container["env"]
+    budget = objects["PodDisruptionBudget/spotpool-system/spotpool-operator"]
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+    assert "PersistentVolumeClaim/spotpool-system/spotpool-operator-state" not in objects

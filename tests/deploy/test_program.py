@@ -18,6 +18,7 @@ TYPES = {
     "RoleBinding": "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding",
     "PersistentVolumeClaim": "kubernetes:core/v1:PersistentVolumeClaim",
     "Deployment": "kubernetes:apps/v1:Deployment",
+    "PodDisruptionBudget": "kubernetes:policy/v1:PodDisruptionBudget",
     "Service": "kubernetes:core/v1:Service",
     "ConfigMap": "kubernetes:core/v1:ConfigMap",
     "ServiceMonitor": "kubernetes:monitoring.coreos.com/v1:ServiceMonitor",

@@ -126,6 +126,20 @@ class InstallConfig(Model):
         None, description="URL of `spotpool emulator serve`; None: the real Tencent Cloud."
     )
     max_concurrent: int = Field(4, ge=1, le=256, description="Engine operations in flight.")
+    replicas: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Operator pods; they divide the shards (and so the pools) among them. "
+        "More than one needs a shared backendUrl (s3://…): a file:// volume is one pod's.",
+    )
+    shards: int = Field(
+        16,
+        ge=1,
+        le=1024,
+        description="Shards the pools hash onto, each a Lease one replica holds (1: a single "
+        "Lease, one active replica).",
+    )
     refresh_interval: str = Field("60s", description="Refresh period of pools that set none.")
     resources: Resources = Field(default_factory=Resources)
     storage: Storage = Field(default_factory=Storage)
@@ -152,6 +166,15 @@ class InstallConfig(Model):
         if parse_duration(value) <= 0:
             raise ValueError("refreshInterval must be longer than 0s")
         return value
+
+    @model_validator(mode="after")
+    def _replicas_share_a_backend(self) -> "InstallConfig":
+        if self.replicas > 1 and (self.backend_url or "file://").startswith("file://"):
+            raise ValueError(
+                f"replicas: {self.replicas} needs a shared backendUrl (s3://…, https://…): "
+                "each pod would have a file:// backend of its own"
+            )
+        return self
 
     @model_validator(mode="after")
     def _monitor_has_a_service(self) -> "InstallConfig":

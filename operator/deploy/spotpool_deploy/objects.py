@@ -46,6 +46,7 @@ def render(config: InstallConfig) -> list[Object]:
     if config.file_backend:
         objects.append(workload.state_claim(config))
     objects.append(workload.deployment(config))
+    objects.append(workload.disruption_budget(config))
     if config.metrics.service:
         objects.append(workload.metrics_service(config))
     if config.monitoring.dashboard:

@@ -28,6 +28,7 @@ RESOURCES: dict[str, Callable[..., pulumi.CustomResource]] = {
     "rbac.authorization.k8s.io/v1/RoleBinding": k8s.rbac.v1.RoleBinding,
     "v1/PersistentVolumeClaim": k8s.core.v1.PersistentVolumeClaim,
     "apps/v1/Deployment": k8s.apps.v1.Deployment,
+    "policy/v1/PodDisruptionBudget": k8s.policy.v1.PodDisruptionBudget,
     "v1/Service": k8s.core.v1.Service,
     "v1/ConfigMap": k8s.core.v1.ConfigMap,
     "monitoring.coreos.com/v1/ServiceMonitor": lambda name, opts, **args: (
@@ -41,7 +42,7 @@ TIERS = [
     {"Namespace", "CustomResourceDefinition"},
     {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"},
     {"PersistentVolumeClaim", "Service", "ConfigMap", "ServiceMonitor"},
-    {"Deployment"},
+    {"Deployment", "PodDisruptionBudget"},
 ]
 ARG_NAMES = {
     "roleRef": "role_ref",

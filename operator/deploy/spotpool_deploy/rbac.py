@@ -10,8 +10,9 @@
 - Serving some namespaces, kopf lists and watches namespaces (to match its namespace
   patterns); denied, it retries for about a minute with ERROR lines, then falls back to the
   exact names. Cluster-wide it never does, so only the namespaced install grants it.
-- Leases: the operator holds one Lease (coordination.k8s.io) naming the replica that may
-  write stacks: get/create/update, in its own namespace only.
+- Leases (coordination.k8s.io), in its own namespace only: each replica keeps a membership
+  Lease and holds shard Leases (get/create/update), lists them all to divide the shards, and
+  deletes membership Leases of replicas long gone (and its own at shutdown).
 - Not granted, because not used: peering objects (kopf runs with standalone=True),
   spotpools/scale, create/update/delete of anything else.
 - The operator's own Secrets (the state passphrase, backend credentials) reach it as a volume
@@ -25,6 +26,7 @@ from spotpool_deploy.config import InstallConfig
 from spotpool_deploy.meta import cluster_name, metadata
 
 RBAC = "rbac.authorization.k8s.io/v1"
+LEASE_VERBS = ["get", "list", "create", "update", "delete"]
 
 
 def rule(group: str, resources: list[str], verbs: list[str]) -> dict[str, Any]:
@@ -114,7 +116,7 @@ def _lease_role(config: InstallConfig) -> list[dict[str, Any]]:
             "apiVersion": RBAC,
             "kind": "Role",
             "metadata": metadata(config, name, config.namespace),
-            "rules": [rule("coordination.k8s.io", ["leases"], ["get", "create", "update"])],
+            "rules": [rule("coordination.k8s.io", ["leases"], LEASE_VERBS)],
         },
         {
             "apiVersion": RBAC,

@@ -44,6 +44,7 @@ def _env(config: InstallConfig) -> list[dict[str, str]]:
         "SPOTPOOL_PASSPHRASE_FILE": f"{PASSPHRASE_DIR}/passphrase",
         "SPOTPOOL_WORK_DIR": WORK_DIR,
         "SPOTPOOL_MAX_CONCURRENT": str(config.max_concurrent),
+        "SPOTPOOL_SHARDS": str(config.shards),
         "SPOTPOOL_REFRESH_INTERVAL": config.refresh_interval,
         "SPOTPOOL_METRICS_HOST": "0.0.0.0",
         "SPOTPOOL_METRICS_PORT": str(config.metrics.port),
@@ -139,10 +140,17 @@ def deployment(config: InstallConfig) -> dict[str, Any]:
         "kind": "Deployment",
         "metadata": metadata(config, config.name, config.namespace),
         "spec": {
-            # kopf runs standalone (no peering): exactly one replica, and never two at once
-            # during a rollout, or both would act on the same stacks.
-            "replicas": 1,
-            "strategy": {"type": "Recreate"},
+            # Replicas divide the shards (Leases): each pool has one writer at a time, so a
+            # rollout may overlap old and new pods; a file backend's volume is one pod's.
+            "replicas": config.replicas,
+            "strategy": (
+                {"type": "Recreate"}
+                if config.file_backend
+                else {
+                    "type": "RollingUpdate",
+                    "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+                }
+            ),
             "revisionHistoryLimit": 3,
             "selector": {"matchLabels": selector_labels(config)},
             "template": {
@@ -163,9 +171,34 @@ def deployment(config: InstallConfig) -> dict[str, Any]:
                     },
                     "containers": [_container(config)],
                     "volumes": _volumes(config),
+                    "affinity": _spread(config),
                 },
             },
         },
+    }
+
+
+def _spread(config: InstallConfig) -> dict[str, Any]:
+    """Replicas on different nodes when the cluster has them: a node's loss is one replica's."""
+    term = {"labelSelector": {"matchLabels": selector_labels(config)},
+            "topologyKey": "kubernetes.io/hostname"}  # fmt: skip
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": term}
+            ]
+        }
+    }
+
+
+def disruption_budget(config: InstallConfig) -> dict[str, Any]:
+    """Voluntary evictions (node drains) take one replica at a time: the others keep serving
+    and take its shards over once it has given them back."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(config, config.name, config.namespace),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(config)}},
     }
 
 
