@@ -19,10 +19,14 @@ def main() -> SpotPool:
         login_password=settings.get_secret("loginPassword"),
         install=settings.get("installId"),
         user_data=settings.get_secret("userData"),
+        notice_key=settings.get_secret("noticeKey"),
+        surge=settings.get_object("surge") or [],
+        promote=settings.get_object("promote") or [],
     )
     pulumi.export("pool", f"{config.pool.namespace}/{config.pool.name}")
     pulumi.export("desired", config.count)
     pulumi.export("instances", pool.outputs)
+    pulumi.export("surges", pool.surge_outputs)
     # The rendered spec, so a stack can be previewed again (and inspected) from its state alone;
     # its user data only as a fingerprint (the text is the secret config value userData).
     pulumi.export("config", config.redacted().model_dump(mode="json", by_alias=True))

@@ -11,6 +11,8 @@ from typing import Any
 import pulumi
 import tencentcloud_iac_pulumi as tencentcloud
 
+from spotpool.api import notices
+from spotpool.api.notices import SURGE_SUFFIX
 from spotpool.api.spec import ChargeType
 from spotpool.api.stackconfig import TAG_INSTALL, StackConfig
 
@@ -30,6 +32,9 @@ class SpotPool(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
         install: str | None = None,
         user_data: pulumi.Input[str] | None = None,
+        notice_key: pulumi.Input[str] | None = None,
+        surge: list[int] | None = None,
+        promote: list[int] | None = None,
     ) -> None:
         super().__init__("spotpool:index:SpotPool", name, None, opts)
         self._name = name
@@ -37,25 +42,34 @@ class SpotPool(pulumi.ComponentResource):
         self._password = login_password
         self._install = install  # tagged on every instance: only its install sweeps orphans
         self._user_data = user_data  # a secret: never plain in state, exports or diffs
+        self._notice_key = notice_key  # a secret: the pool's key for its slots' notice tokens
+        # Surge slots: a second instance made on a termination notice, beside the slot's own.
+        # Promoted slots: the surge instance becomes the slot's (an alias: a rename in state).
+        self._promote = set(promote or [])
         self.instances = [self._slot(slot) for slot in range(config.count)]
+        self.surges = {slot: self._slot(slot, surge=True) for slot in sorted(set(surge or []))}
         self.outputs = pulumi.Output.all(
             *[self._describe(slot, inst) for slot, inst in enumerate(self.instances)]
         )
-        self.register_outputs({"instances": self.outputs})
+        self.surge_outputs = pulumi.Output.all(
+            *[self._describe(slot, inst) for slot, inst in self.surges.items()]
+        )
+        self.register_outputs({"instances": self.outputs, "surges": self.surge_outputs})
 
-    def _slot(self, slot: int) -> tencentcloud.instance.Instance:
+    def _slot(self, slot: int, surge: bool = False) -> tencentcloud.instance.Instance:
         c = self._config
-        spot = c.charge_type == ChargeType.SPOTPAID
+        charge = c.charge_of(slot)  # a spot pool's slot may have fallen back to on-demand
+        spot = charge == ChargeType.SPOTPAID
         adopted = c.adopted.get(slot)
         net = c.internet_accessible
         return tencentcloud.instance.Instance(
-            f"{self._name}-slot-{slot}",
+            f"{self._name}-slot-{slot}{SURGE_SUFFIX if surge else ''}",
             instance_name=f"{c.pool.namespace}-{c.pool.name}-{slot}",
             hostname=f"{c.pool.name}-{slot}"[:60],
             availability_zone=c.zone_of(slot),
             instance_type=c.type_of(slot),
             image_id=c.image_id,
-            instance_charge_type=c.charge_type.value,
+            instance_charge_type=charge.value,
             spot_instance_type="ONE-TIME" if spot else None,
             spot_max_price=c.spot_max_price if spot else None,
             # DEFAULT means the region's default VPC and subnet: the provider's own default.
@@ -69,18 +83,38 @@ class SpotPool(pulumi.ComponentResource):
             allocate_public_ip=net.public_ip_assigned,
             key_ids=c.key_ids or None,
             password=self._password,
-            user_data_raw=self._user_data,
+            user_data_raw=self._user_data_of(slot),
             tags={
                 **c.instance_tags(slot),
                 **({TAG_INSTALL: self._install} if self._install else {}),
             },
             opts=pulumi.ResourceOptions(
                 parent=self,
-                # A spot instance cannot be resized in place: a new type means new instances.
-                replace_on_changes=["instanceType"],
+                aliases=[pulumi.Alias(name=f"{self._name}-slot-{slot}{SURGE_SUFFIX}")]
+                if slot in self._promote and not surge
+                else None,
+                # A spot instance cannot be resized, moved or rebilled in place: a new type,
+                # zone or charge type means a new instance (made before the old one goes).
+                replace_on_changes=["instanceType", "availabilityZone", "instanceChargeType"],
                 import_=adopted,
                 ignore_changes=NOT_READ_BACK if adopted else None,
             ),
+        )
+
+    def _user_data_of(self, slot: int) -> pulumi.Input[str] | None:
+        """The pool's user data, with the notice agent's part and this slot's token when the
+        pool installs the agent (the same for a slot's surge instance: it may be promoted)."""
+        agent = self._config.notice_agent
+        if agent is None or self._notice_key is None:
+            return self._user_data
+        uid = self._config.pool.uid
+
+        def render(values: list[Any]) -> str:
+            token = notices.slot_token(values[1], slot)
+            return notices.with_agent(values[0], notices.agent_part(agent, uid, slot, token))
+
+        return pulumi.Output.secret(
+            pulumi.Output.all(self._user_data, self._notice_key).apply(render)
         )
 
     def _tags(self, slot: int) -> dict[str, str]:
@@ -96,6 +130,7 @@ class SpotPool(pulumi.ComponentResource):
             inst.availability_zone,
             inst.instance_type,
             inst.instance_status,
+            inst.instance_charge_type,
         ).apply(
             lambda v: {
                 "slot": slot,
@@ -105,5 +140,6 @@ class SpotPool(pulumi.ComponentResource):
                 "zone": v[3],
                 "instanceType": v[4],
                 "state": v[5],
+                "chargeType": v[6],
             }
         )

@@ -120,10 +120,45 @@ class LoginSettings(Model):
     )
 
 
+class TerminationNotices(Model):
+    enabled: bool = Field(
+        True,
+        description="Install the notice agent (a systemd unit, through the user data) on every "
+        "instance, so a spot reclaim is replaced before it happens. Needs the operator's "
+        "notice endpoint (--notice-port); changing it replaces the instances (new user data).",
+    )
+    command: str = Field(
+        "spotpool notice-agent",
+        pattern=r"^[A-Za-z0-9_./=: -]+$",
+        max_length=256,
+        description="What the unit runs; the image must provide it (see docs/notices.md).",
+    )
+
+
 SG_ID = Annotated[str, Field(pattern=r"^sg-[0-9a-z]+$", max_length=64)]
 ZONE = Annotated[str, Field(pattern=r"^[a-z]{2}-[a-z0-9-]+-[0-9]+$", max_length=64)]
 INSTANCE_TYPE = Annotated[str, Field(pattern=r"^[A-Za-z0-9]+\.[A-Z0-9]+$", max_length=64)]
 DURATION = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"
+
+
+class OnDemandFallback(Model):
+    """Fill a spot pool's slot on-demand when no spot offering can, and go back to spot when
+    stock returns."""
+
+    enabled: bool = Field(False, description="Create POSTPAID_BY_HOUR for a slot spot cannot fill.")
+    max_on_demand: int = Field(
+        1, ge=0, le=MAX_POOL_SIZE, description="Most on-demand instances in the pool at once."
+    )
+    return_after: str = Field(
+        "5m",
+        pattern=DURATION,
+        min_length=2,
+        description=(
+            "Hysteresis of the way back: an on-demand slot returns to spot only after spot "
+            "stock has been seen selling for this long without a break and the slot has been "
+            "on-demand this long (so no slot moves back more than once per period)."
+        ),
+    )
 
 
 class SpotpoolSpec(Model):
@@ -219,6 +254,15 @@ class SpotpoolSpec(Model):
         description="On deletion: Delete the instances, or Retain them and forget the stack.",
     )
     paused: bool = Field(False, description="Stop all changes to this pool while true.")
+    on_demand_fallback: OnDemandFallback | None = Field(
+        None,
+        description="On-demand instances for slots no spot offering can fill (off by default).",
+    )
+    termination_notices: TerminationNotices = Field(
+        default_factory=TerminationNotices,
+        description="Spot termination notices: an agent on each instance reports the cloud's "
+        "two-minute warning and the operator starts the replacement at once.",
+    )
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> "SpotpoolSpec":

@@ -6,9 +6,12 @@ Pulumi run. A login password, when a pool uses one, goes into the stack as a sec
 
 import hashlib
 import json
+from collections.abc import Collection, Mapping
+from typing import TypeVar
 
 from pydantic import Field
 
+from spotpool.api.notices import NoticeAgent
 from spotpool.api.spec import (
     ChargeType,
     InternetAccessible,
@@ -17,6 +20,7 @@ from spotpool.api.spec import (
     SystemDisk,
 )
 
+T = TypeVar("T")
 PROJECT = "spotpool"
 CONFIG_KEY = f"{PROJECT}:pool"
 # Tags on every instance: which pool (and which slot) it belongs to, so an instance that
@@ -72,9 +76,29 @@ class StackConfig(Model):
         description="slots whose instance was adopted from the cloud (slot -> instance id) "
         "after a run died between creating it and recording it",
     )
+    notice_agent: NoticeAgent | None = Field(
+        None, description="the termination-notice agent every instance installs (None: none)"
+    )
+    slot_zones: dict[int, str] = Field(
+        default_factory=dict,
+        description="slots placed by stock in a zone of their own (else zone i mod len(zones))",
+    )
+    slot_charges: dict[int, ChargeType] = Field(
+        default_factory=dict,
+        description="slots with a charge type of their own: on-demand fallbacks of a spot pool",
+    )
 
     @classmethod
-    def from_spec(cls, pool: PoolIdentity, spec: SpotpoolSpec) -> "StackConfig":
+    def from_spec(
+        cls, pool: PoolIdentity, spec: SpotpoolSpec, notice_url: str | None = None
+    ) -> "StackConfig":
+        """`notice_url`: the operator's notice endpoint; without one no agent is installed."""
+        notices = spec.termination_notices
+        agent = (
+            NoticeAgent(url=notice_url, command=notices.command)
+            if notice_url and notices.enabled
+            else None
+        )
         return cls(
             pool=pool,
             count=spec.desired_count(),
@@ -92,6 +116,7 @@ class StackConfig(Model):
             key_ids=list((spec.login_settings and spec.login_settings.key_ids) or []),
             user_data=spec.user_data,
             tags=dict(spec.tags or {}),
+            notice_agent=agent,
         )
 
     def type_of(self, slot: int) -> str:
@@ -110,14 +135,58 @@ class StackConfig(Model):
         return self.model_copy(update={"slot_types": moved})
 
     def keeping_fallbacks(self, previous: "StackConfig", live_slots: set[int]) -> "StackConfig":
-        """Carry over the fallbacks of slots that still have an instance (changing their type
-        would replace them); a slot created afresh tries the first type again."""
-        kept = {
-            slot: kind
-            for slot, kind in previous.slot_types.items()
-            if slot in live_slots and slot < self.count and kind in self.instance_types
-        }
-        return self.model_copy(update={"slot_types": kept})
+        """Carry over where the slots that still have an instance are (type, zone, charge:
+        changing one would replace them), unless this config places such a slot itself; a
+        slot created afresh goes where this config says (by default the first type)."""
+
+        def kept(mine: dict[int, T], theirs: dict[int, T], allowed: Collection[T]) -> dict[int, T]:
+            carried = {
+                slot: value
+                for slot, value in theirs.items()
+                if slot in live_slots and slot < self.count and value in allowed
+            }
+            return {**carried, **mine}
+
+        return self.model_copy(
+            update={
+                "slot_types": kept(self.slot_types, previous.slot_types, self.instance_types),
+                "slot_zones": kept(self.slot_zones, previous.slot_zones, self.zones),
+                "slot_charges": kept(self.slot_charges, previous.slot_charges, list(ChargeType)),
+            }
+        )
+
+    def placing(self, where: Mapping[int, tuple[str, str, ChargeType]]) -> "StackConfig":
+        """This config with each slot -> (zone, instance type, charge type) placed there."""
+        types, zones, charges = (
+            dict(self.slot_types),
+            dict(self.slot_zones),
+            dict(self.slot_charges),
+        )
+        for slot, (zone, kind, charge) in where.items():
+            types[slot], zones[slot], charges[slot] = kind, zone, charge
+        return self.model_copy(
+            update={"slot_types": types, "slot_zones": zones, "slot_charges": charges}
+        )
+
+    def intent(self) -> "StackConfig":
+        """The config without where each slot landed (types, zones, charges, adoptions): what
+        the spec asks, to compare with what was applied."""
+        return self.model_copy(
+            update={"slot_types": {}, "slot_zones": {}, "slot_charges": {}, "adopted": {}}
+        )
+
+    def charge_of(self, slot: int) -> ChargeType:
+        """The pool's charge type, unless this slot fell back to on-demand."""
+        return self.slot_charges.get(slot, self.charge_type)
+
+    def on_demand_slots(self) -> list[int]:
+        """Slots of a spot pool created on-demand (POSTPAID_BY_HOUR) for want of spot stock."""
+        return sorted(
+            slot
+            for slot in range(self.count)
+            if self.charge_of(slot) is not self.charge_type
+            and self.charge_type is ChargeType.SPOTPAID
+        )
 
     def keeping_adopted(self, previous: "StackConfig", live: dict[int, str]) -> "StackConfig":
         """Carry over the adoptions whose instance still holds its slot."""
@@ -138,8 +207,9 @@ class StackConfig(Model):
         return self.model_copy(update={"adopted": adopted, "slot_types": types})
 
     def zone_of(self, slot: int) -> str:
-        """Slots are spread over the zones in order: slot i lives in zone i mod len(zones)."""
-        return self.zones[slot % len(self.zones)]
+        """The zone stock placement chose for the slot; else slot i lives in zone i mod
+        len(zones) (the zones in order)."""
+        return self.slot_zones.get(slot) or self.zones[slot % len(self.zones)]
 
     def instance_tags(self, slot: int) -> dict[str, str]:
         return {

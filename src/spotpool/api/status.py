@@ -25,6 +25,11 @@ class Instance(Model):
     instance_type: str | None = Field(None, description="CVM instance type.")
     state: str | None = Field(None, description="Instance state as the cloud reports it.")
     slot: int | None = Field(None, description="Slot of the pool this instance fills.")
+    charge_type: str | None = Field(
+        None,
+        description="SPOTPAID, or POSTPAID_BY_HOUR (in a spot pool: an on-demand fallback, "
+        "moved back to spot when stock returns).",
+    )
 
 
 class Condition(Model):
@@ -65,6 +70,23 @@ class Reclaims(Model):
     last_time: datetime | None = Field(None, description="When the last reclaim was found.")
 
 
+class Notices(Model):
+    total: int = Field(0, description="Spot termination notices acted on (replaced ahead).")
+    last_time: datetime | None = Field(None, description="When the last notice came in.")
+
+
+class Surge(Model):
+    """A slot's replacement, started on a termination notice while its instance still runs."""
+
+    slot: int = Field(description="The slot it replaces the instance of.")
+    instance_id: str = Field(description="The replacement (ins-...).")
+    replacing: str | None = Field(None, description="The slot's instance the cloud will take.")
+    termination_time: datetime | None = Field(
+        None, description="When the cloud said it takes that instance."
+    )
+    state: str | None = Field(None, description="The replacement's state as the cloud says.")
+
+
 class SpotpoolStatus(Model):
     size: int = Field(0, description="Instances that exist (the article's field).")
     instances: list[Instance] = Field(default_factory=list, description="The pool's instances.")
@@ -76,3 +98,12 @@ class SpotpoolStatus(Model):
     phase: Phase | None = Field(None, description="Summary of the pool's state.")
     stack: StackStatus | None = None
     reclaims: Reclaims = Field(default_factory=Reclaims)
+    surges: list[Surge] = Field(
+        default_factory=list,
+        description="Replacements started on a termination notice; each takes its slot when "
+        "the cloud takes the slot's instance.",
+    )
+    notices: Notices = Field(default_factory=Notices)
+    on_demand_replicas: int = Field(
+        0, description="Instances running on-demand (POSTPAID_BY_HOUR): a spot pool's fallbacks."
+    )

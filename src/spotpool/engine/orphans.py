@@ -52,6 +52,7 @@ class Situation:
     min_age: timedelta  # the longest a create can take between the cloud and the state
     cap: int  # terminations at most in one pass (the pool's size)
     dead_run_slots: frozenset[int] = field(default_factory=frozenset)
+    held: frozenset[str] = field(default_factory=frozenset)  # in the state, in no slot (surges)
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class Decision:
 
 def decide(situation: Situation, tagged: list[Tagged]) -> list[Decision]:
     decisions: list[Decision] = []
-    taken = set(situation.owned.values())
+    taken = set(situation.owned.values()) | situation.held
     adopting: set[int] = set()
     terminating = 0
     config = situation.config

@@ -73,9 +73,11 @@ def sweep_orphans(
     owned: Mapping[int, str],
     cap: int,
     dead_run_slots: frozenset[int] = frozenset(),
+    held: frozenset[str] = frozenset(),
 ) -> Orphans:
     """Find the instances tagged with this pool that its state (`owned`: slot -> id) does not
-    hold, decide each (orphans.py) and terminate the ones decided so. Call it only while
+    hold, decide each (orphans.py) and terminate the ones decided so. `held`: more ids the
+    state holds outside the slots (surge instances). Call it only while
     holding the stack's in-process lock, so no run of ours is between creating and recording
     one; another writer's lock on the stack stops every termination."""
     client = _client(pool)
@@ -97,6 +99,7 @@ def sweep_orphans(
         min_age=timedelta(seconds=pool.settings.orphan_min_age),
         cap=max(1, cap),
         dead_run_slots=dead_run_slots,
+        held=held,
     )
     found = Orphans()
     for decision in decide(situation, tagged):

@@ -26,6 +26,7 @@ class SlotOutput(BaseModel):
     zone: str | None = None
     instance_type: str | None = Field(None, alias="instanceType")
     state: str | None = None
+    charge_type: str | None = Field(None, alias="chargeType")
 
     model_config = {"populate_by_name": True}
 
@@ -42,6 +43,10 @@ class OperationResult(BaseModel):
     orphan_slots: list[int] = Field(
         default_factory=list,
         description="refresh: free slots holding an orphaned instance, which the next up adopts",
+    )
+    surges: list[SlotOutput] = Field(
+        default_factory=list,
+        description="up: instances made on a termination notice beside their slot's instance",
     )
     diff: str = Field("", description="preview: the engine's diff text")
     instance_changes: Changes | None = Field(

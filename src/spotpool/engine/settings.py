@@ -1,11 +1,13 @@
 """Where stacks live and which cloud they talk to: everything an engine run needs but the spec."""
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, SkipValidation
 
+from spotpool.api.notices import pool_key
 from spotpool.engine.ownership import Writer
 from spotpool.toolchain.paths import bin_dir
 
@@ -48,6 +50,11 @@ class EngineSettings(BaseModel):
     orphan_min_age: float = Field(
         900.0, ge=0, description="Seconds before an orphan may be another writer's create."
     )
+    notice_secret: SecretStr | None = Field(
+        None,
+        description="Key the termination-notice tokens derive from (HMAC per pool, per slot); "
+        "None: derived from the passphrase.",
+    )
     history_keep: int = Field(
         10, ge=0, description="Updates kept in each stack's history (0: keep all)."
     )
@@ -71,6 +78,15 @@ class EngineSettings(BaseModel):
             work_root=Path(os.environ.get("SPOTPOOL_WORK_DIR") or state / "workspaces"),
             cloud_endpoint=os.environ.get("SPOTPOOL_CLOUD_ENDPOINT") or None,
         )
+
+    def notice_key(self, pool_uid: str) -> str:
+        """The pool's notice key (its stack holds it as a secret; tokens derive from it)."""
+        if self.notice_secret is not None:
+            secret = self.notice_secret.get_secret_value().encode()
+        else:
+            salted = b"spotpool-notices:" + self.passphrase.get_secret_value().encode()
+            secret = hashlib.sha256(salted).digest()
+        return pool_key(secret, pool_uid)
 
     def backend_for_display(self) -> str:
         """The backend URL without any userinfo or query (which may carry credentials)."""

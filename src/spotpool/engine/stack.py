@@ -6,12 +6,13 @@ Credentials travel only as environment variables of the Pulumi run.
 """
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
@@ -20,6 +21,7 @@ from typing import Any
 
 from pulumi import automation as auto
 
+from spotpool.api.notices import SURGE_SUFFIX
 from spotpool.api.stackconfig import (
     PROJECT,
     USER_DATA_FINGERPRINT,
@@ -30,6 +32,7 @@ from spotpool.engine import cloud_errors, recovery
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.errors import EngineError, OperationTimeout, StackLockedError
 from spotpool.engine.events import EventPrinter
+from spotpool.engine.lean_stack import LeanStack
 from spotpool.engine.processes import kill_runs
 from spotpool.engine.program import load_program
 from spotpool.engine.results import (
@@ -43,6 +46,8 @@ from spotpool.engine.settings import EngineSettings
 
 __all__ = ["EngineError", "OperationTimeout", "PoolStack", "StackLockedError"]
 SLOT_TYPE = "tencentcloud:Instance/instance:Instance"
+# Where slots the cloud had no stock for go next (None: nowhere); the default tries the next type.
+Replan = Callable[[StackConfig, list[int]], StackConfig | None]
 _stack_locks: dict[str, threading.Lock] = {}
 _stack_locks_guard = threading.Lock()
 
@@ -53,14 +58,22 @@ class _Known:
     only the Pulumi CLI runs it needs (each costs 0.2-0.4 s): the selected stack, whether it
     was repaired since this process started, the config and tags last set, the slots' URNs."""
 
-    stack: auto.Stack
+    stack: LeanStack
     repaired: bool = False
     config: dict[str, str] | None = None
     tagged: bool = False
     urns: dict[int, str] = field(default_factory=dict)
+    surges: dict[int, str] = field(default_factory=dict)  # slot -> its surge instance's id
 
 
 _known: dict[tuple[str, str, str], _Known] = {}
+
+
+def forget_stack(name: str) -> None:
+    """Another process writes the stack from now on (its shard moved): drop what this one
+    remembers of it, so its next operation selects and repairs it afresh."""
+    for key in [key for key in list(_known) if key[0] == name]:
+        _known.pop(key, None)
 
 
 def _stack_lock(name: str) -> threading.Lock:
@@ -73,6 +86,11 @@ def pulumi_command(root: Path) -> auto.PulumiCommand:
     if not (root / "bin" / "pulumi").exists():
         raise EngineError(f"no pulumi CLI at {root / 'bin'}: run `make toolchain`")
     return auto.PulumiCommand(root=str(root))
+
+
+def surge_slot_of_urn(urn: str) -> int | None:
+    """Slot number from a surge instance's URN (`…::<pool>-slot-<i>-surge`)."""
+    return slot_of_urn(urn.removesuffix(SURGE_SUFFIX)) if urn.endswith(SURGE_SUFFIX) else None
 
 
 def _instance_step(event: auto.EngineEvent, steps: list[tuple[str, str]]) -> None:
@@ -111,21 +129,28 @@ class PoolStack:
     # --- the four operations -------------------------------------------------------------
 
     def up(
-        self, config: StackConfig, login_password: str | None = None, refresh: bool = False
+        self,
+        config: StackConfig,
+        login_password: str | None = None,
+        refresh: bool = False,
+        replan: Replan | None = None,
     ) -> OperationResult:
-        """Converge to `config`. When the cloud has no stock of a slot's instance type, that
-        slot falls back to the next of `instanceTypes` and the up runs again. `refresh`: look
-        at the cloud first, in the same run (instances gone while nobody watched)."""
+        """Converge to `config`. When the cloud has no stock for a slot, `replan` places it
+        elsewhere (by default: the next of `instanceTypes`) and the up runs again. `refresh`:
+        look at the cloud first, in the same run (instances gone while nobody watched)."""
         with self._operation(OperationKind.UP) as (stack, result, state):
             owned = _ids_by_slot(state)
             config = _carried_over(config, state, owned)
+            surging = _ids_by_surge(state)
+            surge, promote = surge_plan(set(owned), set(surging), config.count)
             orphans = recovery.sweep_orphans(
-                self, config, owned, cap=config.count, dead_run_slots=self._dead_run_slots
-            )
+                self, config, owned, cap=config.count, dead_run_slots=self._dead_run_slots,
+                held=frozenset(surging.values()),
+            )  # fmt: skip
             config = config.adopting(orphans.adoptable)
             result.recovered += orphans.notes()
             while True:
-                self._set_config(stack, config, login_password)
+                self._set_config(stack, config, login_password, surge=surge, promote=promote)
                 try:
                     reply = stack.up(
                         on_event=self._printer(), color="never", suppress_outputs=True,
@@ -133,23 +158,19 @@ class PoolStack:
                     )  # fmt: skip
                     break
                 except auto.CommandError as err:
-                    if not cloud_errors.is_no_stock(str(err)):
-                        raise
-                    placed = slots_in(_export(stack))
-                    unplaced = [s for s in range(config.count) if s not in placed]
-                    fallback = config.falling_back(unplaced)
-                    if not unplaced or fallback is None:
-                        raise
-                    config = fallback
-                    moved = ", ".join(f"slot {s} → {config.type_of(s)}" for s in unplaced)
-                    result.recovered.append(f"no spot stock: {moved}")
+                    config = _replanned(stack, config, err, range(config.count), replan, result)
             result.changes = changes_from_summary(reply.summary.resource_changes)
             result.instances = instances_of(reply.outputs)
+            result.surges = instances_of(reply.outputs, "surges")
             self._remember_urns(_export(stack))
         return result
 
     def replace_slots(
-        self, config: StackConfig, slots: list[int], login_password: str | None = None
+        self,
+        config: StackConfig,
+        slots: list[int],
+        login_password: str | None = None,
+        replan: Replan | None = None,
     ) -> OperationResult:
         """Replace the instances the cloud took from `slots`, in one Pulumi run: `up` with a
         refresh of just those slots (the refresh drops the gone instance from the state, the up
@@ -159,19 +180,54 @@ class PoolStack:
         known = _known.get(self._key())  # no select here: the operation mends first
         urns = [known.urns[s] for s in slots if s in known.urns] if known else []
         if known is None or len(urns) != len(slots) or not known.repaired or not known.config:
-            return self.up(config, login_password, refresh=True)  # the gone ones leave first
+            return self.up(config, login_password, refresh=True, replan=replan)  # gone ones leave
+        promote = sorted(s for s in slots if s in known.surges and s < config.count)
         with self._operation(OperationKind.UP, light=True) as (stack, result, _):
-            self._set_config(stack, config, login_password)
+            if promote:  # the slot's instance is going: its surge instance takes the slot
+                self._forget_resources(stack, [known.urns[s] for s in promote])
+            surge = sorted(s for s in known.surges if s not in promote and s < config.count)
+            while True:
+                self._set_config(stack, config, login_password, surge=surge, promote=promote)
+                try:
+                    reply = stack.up(
+                        target=urns,
+                        refresh=len(promote) < len(slots),  # only the gone ones: the rest left
+                        on_event=self._printer(),
+                        color="never",
+                        suppress_outputs=True,
+                    )
+                    break
+                except auto.CommandError as err:  # no stock: the slots go elsewhere, same URNs
+                    config = _replanned(stack, config, err, slots, replan, result)
+            result.changes = changes_from_summary(reply.summary.resource_changes)
+            result.instances = instances_of(reply.outputs)
+            result.surges = instances_of(reply.outputs, "surges")
+            # A created or promoted instance keeps its slot's URN: the known URNs stay right.
+            known.surges = {s.slot: s.instance_id for s in result.surges}
+        return result
+
+    def start_surge(
+        self, config: StackConfig, slots: list[int], login_password: str | None = None
+    ) -> OperationResult:
+        """Start the replacement of `slots` ahead of their reclaim (a termination notice came):
+        one targeted `up` that creates a surge instance beside each slot's instance, which
+        keeps running until the cloud takes it; `replace_slots` then promotes the surge
+        instance into the slot."""
+        with self._operation(OperationKind.UP, light=True) as (stack, result, _):
+            known = self._known()
+            slots = sorted(s for s in slots if s in known.urns and s < config.count)
+            surge = sorted({*slots, *(s for s in known.surges if s < config.count)})
+            self._set_config(stack, config, login_password, surge=surge, promote=[])
             reply = stack.up(
-                target=urns,
-                refresh=True,
+                target=[known.urns[s] + SURGE_SUFFIX for s in slots] or None,
                 on_event=self._printer(),
                 color="never",
                 suppress_outputs=True,
             )
             result.changes = changes_from_summary(reply.summary.resource_changes)
             result.instances = instances_of(reply.outputs)
-            # A created instance keeps its slot's URN: the known URNs stay right.
+            result.surges = instances_of(reply.outputs, "surges")
+            known.surges = {s.slot: s.instance_id for s in result.surges}
         return result
 
     def refresh(self) -> OperationResult:
@@ -188,6 +244,7 @@ class PoolStack:
             orphans = recovery.sweep_orphans(
                 self, previous, owned, cap=previous.count if previous else len(owned),
                 dead_run_slots=self._dead_run_slots,
+                held=frozenset(_ids_by_surge(exported).values()),
             )  # fmt: skip
             result.orphan_slots = sorted(orphans.adoptable)
             result.recovered += orphans.notes("adopted by the next up")
@@ -296,6 +353,7 @@ class PoolStack:
             # mend it before selecting (a cheap look at a file backend's files).
             mended = [] if light else recovery.mend_backend_files(self)
             known = self._known(reselect=bool(mended))
+            known.stack.forget_export()  # the state may have moved since this process looked
             result = OperationResult(kind=kind, stack=self.name, seconds=0.0)
             timeout = self.settings.operation_timeout
             fired = threading.Event()
@@ -352,19 +410,30 @@ class PoolStack:
         _known.pop(self._key(), None)
 
     def _remember_urns(self, state: Mapping[str, Any]) -> None:
-        self._known().urns = {
+        known = self._known()
+        known.urns = {
             slot: resource["urn"]
             for resource in state.get("resources") or []
             if resource.get("type") == SLOT_TYPE
             and (slot := slot_of_urn(resource.get("urn", ""))) is not None
         }
+        known.surges = _ids_by_surge(state)
+
+    def _forget_resources(self, stack: auto.Stack, urns: list[str]) -> None:
+        """Drop these resources from the state, leaving their instances alone (as `pulumi state
+        delete`): a slot's instance the cloud is taking, whose surge instance takes its name."""
+        deployment = stack.export_stack()
+        state = dict(deployment.deployment or {})
+        gone = set(urns)
+        state["resources"] = [r for r in state.get("resources") or [] if r.get("urn") not in gone]
+        stack.import_stack(auto.Deployment(version=deployment.version, deployment=state))
 
     def _work_dir(self) -> Path:
         return self.settings.work_root / self.name
 
     def _select(
         self, work_dir: Path | None = None, backend: str | None = None, create: bool = True
-    ) -> auto.Stack:
+    ) -> LeanStack:
         work_dir = work_dir or self._work_dir()
         work_dir.mkdir(parents=True, exist_ok=True)
         options = auto.LocalWorkspaceOptions(
@@ -379,11 +448,13 @@ class PoolStack:
             ),
         )
         choose = auto.create_or_select_stack if create else auto.select_stack
-        return choose(
-            self.name,
-            project_name=PROJECT,
-            program=load_program(self.settings.project_dir),
-            opts=options,
+        return LeanStack.wrap(
+            choose(
+                self.name,
+                project_name=PROJECT,
+                program=load_program(self.settings.project_dir),
+                opts=options,
+            )
         )
 
     def _run_env(self) -> dict[str, str]:
@@ -412,12 +483,28 @@ class PoolStack:
         return env
 
     def _set_config(
-        self, stack: auto.Stack, config: StackConfig, password: str | None, tag: bool = True
+        self,
+        stack: auto.Stack,
+        config: StackConfig,
+        password: str | None,
+        tag: bool = True,
+        surge: list[int] | None = None,
+        promote: list[int] | None = None,
     ) -> None:
         """Set the stack's config and tags, skipping the CLI runs when this process already set
-        exactly these values."""
-        plain = {**config.to_pulumi_config(), f"{PROJECT}:installId": self.settings.install_id}
+        exactly these values. `surge`: slots with a surge instance; `promote`: slots whose
+        surge instance takes the slot's name in this run (see the stack program)."""
+        plain = {
+            **config.to_pulumi_config(),
+            f"{PROJECT}:installId": self.settings.install_id,
+            f"{PROJECT}:surge": json.dumps(sorted(surge or [])),
+            f"{PROJECT}:promote": json.dumps(sorted(promote or [])),
+        }
         values = {key: auto.ConfigValue(value) for key, value in plain.items()}
+        if config.notice_agent is not None:
+            key = self.settings.notice_key(self.pool.uid)
+            values[f"{PROJECT}:noticeKey"] = auto.ConfigValue(key, secret=True)
+            plain = {**plain, f"{PROJECT}:noticeKey": _fingerprint(key)}
         if password is not None:
             values[f"{PROJECT}:loginPassword"] = auto.ConfigValue(password, secret=True)
             plain = {**plain, f"{PROJECT}:loginPassword": _fingerprint(password)}
@@ -444,6 +531,36 @@ class PoolStack:
 
     def _printer(self) -> EventPrinter | None:
         return EventPrinter(self.on_progress) if self.on_progress else None
+
+
+def _next_type(config: StackConfig, slots: list[int]) -> StackConfig | None:
+    return config.falling_back(slots)
+
+
+def _replanned(
+    stack: auto.Stack,
+    config: StackConfig,
+    err: auto.CommandError,
+    slots: Iterable[int],
+    replan: Replan | None,
+    result: OperationResult,
+) -> StackConfig:
+    """After a failed run: when the cloud had no stock for some of `slots`, the config with
+    those placed elsewhere; otherwise (or with nowhere left to go) the error again."""
+    if not cloud_errors.is_no_stock(str(err)):
+        raise err
+    placed = slots_in(_export(stack))
+    unplaced = [s for s in slots if s not in placed]
+    moved = (replan or _next_type)(config, unplaced) if unplaced else None
+    if moved is None:
+        raise err
+    where = ", ".join(
+        f"slot {s} → {moved.zone_of(s)} {moved.type_of(s)}"
+        + (" on-demand" if moved.charge_of(s) is not moved.charge_type else "")
+        for s in unplaced
+    )
+    result.recovered.append(f"no spot stock: {where}")
+    return moved
 
 
 def _fingerprint(secret: str) -> str:
@@ -479,6 +596,26 @@ def _ids_by_slot(state: Mapping[str, Any]) -> dict[int, str]:
     return {slot: item.instance_id for slot, item in slots_in(state).items()}
 
 
+def _ids_by_surge(state: Mapping[str, Any]) -> dict[int, str]:
+    """slot -> id of its surge instance, as the state records them."""
+    return {
+        slot: resource["id"]
+        for resource in state.get("resources") or []
+        if resource.get("type") == SLOT_TYPE
+        and resource.get("id")
+        and (slot := surge_slot_of_urn(resource.get("urn", ""))) is not None
+    }
+
+
+def surge_plan(slots: set[int], surges: set[int], count: int) -> tuple[list[int], list[int]]:
+    """Which surge instances an `up` keeps beside their slot's instance, and which it promotes
+    into their slot (the slot's own instance left the state: the cloud took it). A surge of a
+    slot the pool no longer has goes."""
+    keep = sorted(s for s in surges if s in slots and s < count)
+    promote = sorted(s for s in surges if s not in slots and s < count)
+    return keep, promote
+
+
 def _previous_config(state: Mapping[str, Any]) -> StackConfig | None:
     """The config of the stack's last up (the program exports it)."""
     roots = [r for r in state.get("resources") or [] if r.get("type") == "pulumi:pulumi:Stack"]
@@ -497,8 +634,8 @@ def _carried_over(
     return config.keeping_fallbacks(previous, set(owned)).keeping_adopted(previous, owned)
 
 
-def instances_of(outputs: Mapping[str, Any]) -> list[SlotOutput]:
-    value = outputs.get("instances")
+def instances_of(outputs: Mapping[str, Any], key: str = "instances") -> list[SlotOutput]:
+    value = outputs.get(key)
     raw = value.value if value is not None else None
     return [SlotOutput.model_validate(item) for item in raw or []]
 

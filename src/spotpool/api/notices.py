@@ -1,0 +1,170 @@
+"""Spot termination notices: the rules shared by the agent on an instance, the stack program
+that installs it, and the operator that receives its reports. Pure: no I/O.
+
+Trust: every slot of every pool has its own token, `HMAC(pool key, slot)`, where the pool key is
+`HMAC(operator secret, pool uid)`. The program renders a slot's token into that slot's user data
+(a Pulumi secret), so an instance holds the token of its own slot and nothing else. A report is
+signed with the token (the token itself never travels), carries a timestamp (a stale one is
+refused), and names the pool, the slot and the instance; the operator accepts it only when the
+signature is that slot's and the instance is the one its status lists in that slot. So an
+instance can only ever say "I am being reclaimed" about itself. See docs/notices.md.
+"""
+
+import hashlib
+import hmac
+from datetime import UTC, datetime, timedelta
+
+from pydantic import Field
+
+from spotpool.api.spec import Model
+
+# `<pool>-slot-<i>-surge`: the slot's replacement, made on a notice while its instance still
+# runs; when the cloud takes that instance, the surge instance becomes the slot's.
+SURGE_SUFFIX = "-surge"
+AGENT_UNIT = "spotpool-notice-agent.service"
+AGENT_ENV_FILE = "/etc/spotpool/notice-agent.env"
+REPORT_PATH = "/v1/notices"
+SIGNATURE_HEADER = "X-Spotpool-Signature"
+MAX_CLOCK_SKEW = 300.0  # seconds a report's timestamp may be off the operator's clock
+BEIJING = timedelta(hours=8)  # the metadata service answers in UTC+8
+_BOUNDARY = "==spotpool-notice-agent-7f3a9c=="  # fixed: the same inputs render the same user data
+
+
+class NoticeAgent(Model):
+    """Where a pool's agents report, and how they are started (the operator's settings)."""
+
+    url: str = Field(description="The operator's notice endpoint as the instances reach it.")
+    command: str = Field(description="What the systemd unit runs.")
+
+
+class NoticeReport(Model):
+    """What an agent says: this instance, in this slot of this pool, goes at this time."""
+
+    pool_uid: str = Field(min_length=1, max_length=64)
+    slot: int = Field(ge=0)
+    instance_id: str = Field(pattern=r"^ins-[0-9a-z]+$", max_length=64)
+    termination_time: str = Field(
+        pattern=r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$",
+        description="As the metadata service says it: UTC+8, YYYY-MM-DD HH:MM:SS.",
+    )
+
+    def termination_utc(self) -> datetime:
+        local = datetime.strptime(self.termination_time, "%Y-%m-%d %H:%M:%S")
+        return (local - BEIJING).replace(tzinfo=UTC)
+
+
+def pool_key(secret: bytes, pool_uid: str) -> str:
+    """The pool's key: what its stack holds (as a secret), never the operator's secret."""
+    return hmac.new(secret, f"spotpool-notices/v1/pool/{pool_uid}".encode(), "sha256").hexdigest()
+
+
+def slot_token(key: str, slot: int) -> str:
+    """The token of one slot: what that slot's instance holds in its user data."""
+    return hmac.new(key.encode(), f"slot/{slot}".encode(), "sha256").hexdigest()
+
+
+def sign(token: str, timestamp: int, body: bytes) -> str:
+    """The signature header's value for `body` sent at `timestamp` (Unix seconds)."""
+    mac = hmac.new(token.encode(), str(timestamp).encode() + b"." + body, hashlib.sha256)
+    return f"t={timestamp},v1={mac.hexdigest()}"
+
+
+def signature_problem(token: str, header: str, body: bytes, now: float) -> str | None:
+    """Why the signature header does not prove `body` came from the holder of `token` just
+    now, or None when it does."""
+    fields = dict(part.split("=", 1) for part in header.split(",") if "=" in part)
+    try:
+        timestamp = int(fields.get("t", ""))
+    except ValueError:
+        return "the signature has no timestamp"
+    if abs(now - timestamp) > MAX_CLOCK_SKEW:
+        return f"the report is {abs(now - timestamp):.0f} s off the operator's clock"
+    expected = sign(token, timestamp, body)
+    if not hmac.compare_digest(expected, f"t={timestamp},v1={fields.get('v1', '')}"):
+        return "the signature does not match this slot's token"
+    return None
+
+
+def agent_part(agent: NoticeAgent, pool_uid: str, slot: int, token: str) -> str:
+    """cloud-config that installs the agent as a systemd unit (settings in a root-only file)."""
+    env = "\n".join(
+        f"      {line}"
+        for line in (
+            f"SPOTPOOL_NOTICE_URL={agent.url}",
+            f"SPOTPOOL_NOTICE_POOL={pool_uid}",
+            f"SPOTPOOL_NOTICE_SLOT={slot}",
+            f"SPOTPOOL_NOTICE_TOKEN={token}",
+        )
+    )
+    return f"""#cloud-config
+write_files:
+  - path: {AGENT_ENV_FILE}
+    permissions: "0600"
+    owner: root:root
+    content: |
+{env}
+  - path: /etc/systemd/system/{AGENT_UNIT}
+    permissions: "0644"
+    content: |
+      [Unit]
+      Description=Spotpool spot termination notice agent
+      Wants=network-online.target
+      After=network-online.target
+      [Service]
+      EnvironmentFile={AGENT_ENV_FILE}
+      ExecStart=/usr/bin/env {agent.command}
+      DynamicUser=yes
+      Restart=on-failure
+      RestartSec=5
+      [Install]
+      WantedBy=multi-user.target
+runcmd:
+  - [systemctl, daemon-reload]
+  - [systemctl, enable, --now, {AGENT_UNIT}]
+"""
+
+
+def with_agent(user_data: str | None, agent: str) -> str:
+    """The pool's own user data and the agent's part, as one cloud-init user data: the agent's
+    part alone when the pool has none, else a MIME multipart holding both (cloud-init runs
+    each part by its type). Written out by hand: the same inputs, the same bytes."""
+    if not user_data:
+        return agent
+    parts = "".join(
+        f'--{_BOUNDARY}\nContent-Type: text/{_subtype(text)}; charset="utf-8"\n'
+        f"MIME-Version: 1.0\nContent-Transfer-Encoding: 8bit\n\n{text.rstrip(chr(10))}\n"
+        for text in (user_data, agent)
+    )
+    return (
+        f'Content-Type: multipart/mixed; boundary="{_BOUNDARY}"\nMIME-Version: 1.0\n\n'
+        f"{parts}--{_BOUNDARY}--\n"
+    )
+
+
+def _subtype(text: str) -> str:
+    """cloud-init's part types by first line, as it guesses them for plain user data."""
+    for prefix, subtype in (
+        ("#cloud-config", "cloud-config"),
+        ("#!", "x-shellscript"),
+        ("#cloud-boothook", "cloud-boothook"),
+        ("#include", "x-include-url"),
+    ):
+        if text.startswith(prefix):
+            return subtype
+    return "plain"
+
+
+def agent_settings(user_data: str) -> dict[str, str]:
+    """The agent's settings as rendered into user data (what the unit's environment file
+    holds): how a test world boots an emulated instance the way cloud-init would."""
+    marker = f"path: {AGENT_ENV_FILE}"
+    if marker not in user_data:
+        return {}
+    lines = user_data.split(marker, 1)[1].split("content: |", 1)[1].splitlines()[1:]
+    settings = {}
+    for line in lines:
+        key, sep, value = line.strip().partition("=")
+        if not sep or not key.startswith("SPOTPOOL_"):
+            break
+        settings[key] = value
+    return settings
