@@ -621,7 +621,8 @@ def _values_yaml() -> str:
             if indent == 0 and name in NOT_VALUES:
                 continue
             alias = to_camel(name)
-            for line in textwrap.wrap(field.description or "", 96 - indent):
+            text = (field.description or "").replace("None:", "null:")  # as YAML spells it
+            for line in textwrap.wrap(text, 96 - indent, break_on_hyphens=False):
                 lines.append(f"{pad}# {line}")
             if _is_model(field.annotation):
                 lines.append(f"{pad}{alias}:")

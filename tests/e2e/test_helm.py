@@ -1,0 +1,203 @@
+"""The Helm chart with the real helm on a real kube-apiserver (with its controller manager):
+lint, install, upgrade and uninstall; the chart's service account may do what the operator does
+and nothing more, in both RBAC scopes; the operator runs on nothing but that account.
+
+A cluster of its own, as test_deploy.py: uninstalling deletes the Spotpool CRD.
+"""
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from spotpool_deploy.objects import identity
+
+from spotpool.localworld.kube import Kube
+from tests.conftest import require_tool
+from tests.e2e import installs, pod
+from tests.e2e.conftest import local_cluster
+from tests.e2e.test_deploy import (
+    CRDS,
+    LEASES,
+    NAMESPACES,
+    POOLS,
+    _events,
+    _nothing_more,
+    _pool,
+    _wait,
+)
+from tests.emulator.harness import SECRET_ID, SECRET_KEY, start_emulator
+from tests.operator.world import pool_manifest
+
+pytestmark = pytest.mark.e2e
+
+CHART = installs.DEPLOY / "helm" / "spotpool"
+RELEASE = "spotpool"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
+    with local_cluster(tmp_path_factory.mktemp("helm-cluster")) as kube:
+        yield kube
+
+
+def helm(kube: Kube, *args: str) -> str:
+    """The pinned helm, as a user runs it, against the cluster (its own homes beside it)."""
+    home = kube.kubeconfig.parent / "helm"
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kube.kubeconfig),
+        **{f"HELM_{kind}_HOME": str(home / kind.lower()) for kind in ("CACHE", "CONFIG", "DATA")},
+    }
+    done = subprocess.run(
+        [str(require_tool("helm")), *args], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, f"helm {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def _docs(text: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def _restricted_namespace(kube: Kube, name: str) -> None:
+    """The release's namespace, made before the release (Helm keeps the release in it), with
+    the `restricted` Pod Security Standard the operator's pod meets."""
+    kube.ok("create", "namespace", name)
+    kube.ok("label", "namespace", name, "pod-security.kubernetes.io/enforce=restricted")
+
+
+def _namespaces(kube: Kube, *names: str) -> None:
+    for name in names:
+        if kube.run("get", "namespace", name).returncode != 0:
+            kube.ok("create", "namespace", name)
+
+
+def _pod_is_admitted(kube: Kube, deployment: dict[str, Any]) -> None:
+    """The Deployment's pod passes the namespace's `restricted` admission (server dry run)."""
+    template = deployment["spec"]["template"]
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {**template["metadata"], "name": "admission-check"},
+        "spec": template["spec"],
+    }
+    ns = deployment["metadata"]["namespace"]
+    result = kube.run("-n", ns, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(body))
+    assert result.returncode == 0 and "PodSecurity" not in result.stderr, result.stderr
+
+
+def test_helm_installs_upgrades_and_uninstalls_with_least_privilege(cluster: Kube) -> None:
+    assert "0 chart(s) failed" in helm(cluster, "lint", "--strict", str(CHART))
+    _restricted_namespace(cluster, "spotpool-system")
+    _namespaces(cluster, "team-a", "team-b", "other")
+    release = ["--namespace", "spotpool-system"]
+
+    # Install: every namespace (the default scope).
+    helm(cluster, "install", RELEASE, str(CHART), *release)
+    wanted = _docs(helm(cluster, "get", "manifest", RELEASE, *release))
+    assert wanted == _docs(helm(cluster, "template", RELEASE, str(CHART), *release))
+    installs.assert_installed(cluster, wanted)
+    (deployment,) = [o for o in wanted if o["kind"] == "Deployment"]
+    _pod_is_admitted(cluster, deployment)
+    account = "system:serviceaccount:spotpool-system:spotpool-operator"
+    for where in (["-n", "team-a"], ["-n", "default"], ["--all-namespaces"]):
+        for verb in ("get", "list", "watch", "patch"):
+            assert installs.can(cluster, account, verb, POOLS, *where), (verb, where)
+        assert installs.can(cluster, account, "get", "secrets", *where)
+    _nothing_more(cluster, account, "team-a", set())
+    for verb in ("get", "create", "update"):
+        assert installs.can(cluster, account, verb, LEASES, "-n", "spotpool-system"), verb
+    assert not installs.can(cluster, account, "get", LEASES, "--all-namespaces")
+
+    # Upgrade: only team-a and team-b. The cluster-wide pool rights go, Roles come.
+    scoped = ["--set", "watchNamespaces={team-a,team-b}"]
+    helm(cluster, "upgrade", RELEASE, str(CHART), *release, *scoped)
+    upgraded = _docs(helm(cluster, "get", "manifest", RELEASE, *release))
+    installs.assert_installed(cluster, upgraded)
+    kept = {identity(o) for o in upgraded}
+    installs.wait_gone(cluster, [o for o in wanted if identity(o) not in kept])
+    assert [o["metadata"]["namespace"] for o in upgraded if o["kind"] == "Role"] == [
+        "spotpool-system", "team-a", "team-b",
+    ]  # fmt: skip
+    (lease_role,) = [
+        o for o in upgraded if o["kind"] == "Role" and "lease" in o["metadata"]["name"]
+    ]
+    lease_verbs = " ".join(lease_role["rules"][0]["verbs"])
+    for ns in ("team-a", "team-b"):
+        _nothing_more(cluster, account, ns, {NAMESPACES})
+    for ns in ("other", "default", "spotpool-system"):
+        for verb, resource in (("get", "secrets"), ("list", POOLS), ("create", "events")):
+            assert not installs.can(cluster, account, verb, resource, "-n", ns), (verb, ns)
+        lease = {(LEASES, lease_verbs)} if ns == "spotpool-system" else set()
+        assert installs.granted(cluster, account, ns) == {
+            (CRDS, "get list watch"), NAMESPACES, *lease,
+        }  # fmt: skip
+    assert not installs.can(cluster, account, "get", "secrets", "--all-namespaces")
+    history = json.loads(helm(cluster, "history", RELEASE, *release, "-o", "json"))
+    assert [(h["revision"], h["status"]) for h in history] == [(1, "superseded"), (2, "deployed")]
+
+    # Uninstall: everything the release made goes (the CRD too); the namespaces stay.
+    helm(cluster, "uninstall", RELEASE, *release, "--wait", "--timeout", "2m")
+    installs.wait_gone(cluster, upgraded)
+    assert cluster.run("get", "crd", "spotpools.devops.jokerbai.com").returncode != 0
+    assert cluster.run("get", "namespace", "team-a").returncode == 0
+    assert helm(cluster, "list", *release, "-q").strip() == ""
+
+
+def test_the_operator_runs_on_nothing_but_the_charts_service_account(
+    cluster: Kube, tmp_path: Path
+) -> None:
+    """The operator as its pod would run it (pod.py) from the Deployment Helm installed,
+    authenticated with a token of the chart's service account, converges a pool in the
+    namespace it serves and leaves the other namespace's pool alone."""
+    require_tool("pulumi")
+    require_tool("pulumi-resource-tencentcloud")
+    emulator = start_emulator(tmp_path / "cloud.db", tmp_path / "emulator.log", boot_seconds=1)
+    release = ["--namespace", "pools-system"]
+    _restricted_namespace(cluster, "pools-system")
+    _namespaces(cluster, "team-a", "other")
+    values = tmp_path / "values.yaml"
+    values.write_text(f"watchNamespaces: [team-a]\ncloudEndpoint: {emulator.endpoint}\n")
+    log = tmp_path / "operator.log"
+    try:
+        helm(cluster, "install", RELEASE, str(CHART), *release, "--values", str(values))
+        installed = _docs(helm(cluster, "get", "manifest", RELEASE, *release))
+        (deployment,) = [o for o in installed if o["kind"] == "Deployment"]
+        for ns in ("team-a", "other"):
+            cluster.ok("-n", ns, "create", "secret", "generic", "tencentcloud",
+                       f"--from-literal=secretId={SECRET_ID}",
+                       f"--from-literal=secretKey={SECRET_KEY}")  # fmt: skip
+            cluster.ok("-n", ns, "apply", "-f", "-", stdin=json.dumps(pool_manifest("gpu")))
+        kubeconfig = installs.kubeconfig_for(
+            cluster, "pools-system", "spotpool-operator", tmp_path / "operator.kubeconfig"
+        )
+        env = pod.environment(deployment, kubeconfig, tmp_path / "pod")
+        pod.write_passphrase(env, "helm-e2e-passphrase")
+        with pod.operator(env, log):
+            ready = _wait(
+                "the pool to converge",
+                lambda: (_pool(cluster, "team-a") or {}).get("status", {}).get("readyReplicas"),
+            )
+            assert ready == 1, log.read_text(errors="replace")[-3000:]
+            pool = _pool(cluster, "team-a")
+            assert pool is not None
+            assert "devops.jokerbai.com/finalizer" in pool["metadata"]["finalizers"]
+            assert ("Normal", "Converged") in _events(cluster, "team-a", "gpu")
+            cluster.ok("-n", "team-a", "delete", POOLS, "gpu", "--wait=false")
+            _wait("the pool's stack destroyed", lambda: _pool(cluster, "team-a") is None)
+        other = _pool(cluster, "other")
+        assert other is not None
+        assert "status" not in other and not other["metadata"].get("finalizers")
+        text = log.read_text(errors="replace")
+        for sign in ("Forbidden", "Not enough permissions", "not readable", "from $PATH"):
+            assert sign not in text, text[-3000:]
+    finally:
+        emulator.stop()
+        cluster.run("-n", "team-a", "patch", POOLS, "gpu", "--type=merge",
+                    "-p", '{"metadata":{"finalizers":null}}')  # fmt: skip
+        helm(cluster, "uninstall", RELEASE, *release, "--wait", "--timeout", "2m")
