@@ -46,6 +46,18 @@ def _passphrase(passphrase_file: Path | None) -> SecretStr:
     return SecretStr(from_env)
 
 
+def _notice_secret(path: Path | None) -> SecretStr | None:
+    if path is None:
+        return None
+    try:
+        text = path.read_text().strip()
+    except OSError as error:
+        raise typer.BadParameter(f"cannot read {path}: {error.strerror}") from None
+    if len(text) < 16:
+        raise typer.BadParameter(f"{path}: give at least 16 characters of secret")
+    return SecretStr(text)
+
+
 def _install_id(lease_namespace: str | None, lease_name: str) -> str:
     """One install = one Lease: its namespace and name, stable across restarts."""
     return f"{lease_namespace}.{lease_name}" if lease_namespace else "default"
@@ -213,6 +225,35 @@ def run(
         envvar="SPOTPOOL_LIVENESS_PORT",
         help="kopf's liveness probe on http://HOST:PORT/healthz; 0 turns it off.",
     ),
+    notice_port: int = typer.Option(
+        0,
+        "--notice-port",
+        min=0,
+        max=65535,
+        envvar="SPOTPOOL_NOTICE_PORT",
+        help="Port of the termination-notice endpoint the pools' agents report to; 0 turns "
+        "notices off (no agent is installed on the instances).",
+    ),
+    notice_host: str = typer.Option(
+        "127.0.0.1",
+        "--notice-host",
+        envvar="SPOTPOOL_NOTICE_HOST",
+        help="Address the notice endpoint listens on (0.0.0.0 in a pod).",
+    ),
+    notice_url: str | None = typer.Option(
+        None,
+        "--notice-url",
+        envvar="SPOTPOOL_NOTICE_URL",
+        help="The notice endpoint as the instances reach it, e.g. http://10.0.0.5:8090 (a "
+        "Service or load balancer in the VPC). Default: http://HOST:PORT.",
+    ),
+    notice_secret_file: Path | None = typer.Option(
+        None,
+        "--notice-secret-file",
+        envvar="SPOTPOOL_NOTICE_SECRET_FILE",
+        help="Key the agents' per-slot tokens derive from. Default: derived from the stacks' "
+        "passphrase.",
+    ),
     log_format: LogFormat = typer.Option(
         LogFormat.json, "--log-format", envvar="SPOTPOOL_LOG_FORMAT", help="Log line format."
     ),
@@ -257,6 +298,7 @@ def run(
                 operation_timeout=timeout_seconds,
                 history_keep=history_keep,
                 install_id=install_id or _install_id(lease_home, lease_name),
+                notice_secret=_notice_secret(notice_secret_file),
             ),
             namespaces=namespaces,
             all_namespaces=all_namespaces or not namespaces,
@@ -271,6 +313,9 @@ def run(
             metrics_host=metrics_host,
             metrics_port=metrics_port,
             liveness_port=liveness_port,
+            notice_host=notice_host,
+            notice_port=notice_port,
+            notice_url=notice_url or None,
         )
     except ValidationError as error:
         raise typer.BadParameter(str(error)) from None

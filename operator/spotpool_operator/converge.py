@@ -37,7 +37,7 @@ class Converging(PoolWork):
                 )
                 pool.covered = max(pool.covered, started_at)
                 return None
-            config = StackConfig.from_spec(ref.identity, spec)
+            config = self._config(ref, spec)
             if pool.applied is None and not pool.converged_once:
                 await self._adopt_applied(pool, ref, spec, config)
             if config == pool.applied and not pool.replace_pending:

@@ -52,6 +52,10 @@ class PoolEngine(Protocol):
         self, config: StackConfig, slots: list[int], login_password: str | None = None
     ) -> OperationResult: ...
 
+    def start_surge(
+        self, config: StackConfig, slots: list[int], login_password: str | None = None
+    ) -> OperationResult: ...
+
     def destroy(self, remove_stack: bool = True) -> OperationResult: ...
 
     def forget(self) -> None: ...
@@ -134,6 +138,10 @@ class PoolWork:
         pool = self.pool(ref)
         return pool.last_activity + self.refresh_interval(ref) - time.monotonic()
 
+    def _config(self, ref: PoolRef, spec: SpotpoolSpec) -> StackConfig:
+        """The pool's stack config: its spec, and the notice agent when notices are on."""
+        return StackConfig.from_spec(ref.identity, spec, self.settings.notice_endpoint())
+
     def _watch(self, ref: PoolRef, pool: PoolState, credentials: Credentials, region: str) -> None:
         """Have the fleet probe watch the instances the pool's status now lists."""
         if self.probe is None:
@@ -191,6 +199,7 @@ class PoolWork:
         pool.last_activity = time.monotonic()
         previous = pool.status
         status = render.converged(pool.status, result, ref.generation, started, self.clock())
+        status = render.with_surges(status, result.surges)
         await self._write(pool, ref, status)
         self._watch(ref, pool, credentials, spec.region)
         self._post_recovered(ref, result)

@@ -1,7 +1,8 @@
 """The kopf handlers: they turn kopf's causes into Reconciler calls and failures into retries.
 
 - create / update of the spec / resume → `converge` (an `up`);
-- a daemon per pool → `check_reclaims` once every refreshInterval after the last operation;
+- a daemon per pool → `check_reclaims` once every refreshInterval after the last operation,
+  `start_surges` at once on a termination notice, `replace_gone` when the fleet probe saw one go;
 - delete → the finalizer runs `delete` (destroy, or forget with deletionPolicy Retain).
 """
 
@@ -16,6 +17,7 @@ import kopf
 
 from spotpool.api.spec import GROUP, PLURAL, VERSION
 from spotpool_operator.failures import PoolProblem
+from spotpool_operator.notice_server import NoticeServer
 from spotpool_operator.pools import PoolRef
 from spotpool_operator.reconciler import Reconciler
 
@@ -64,11 +66,14 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
             pool = reconciler.pool(ref)
             backing_off = not_before - time.monotonic()
             wait = max(reconciler.refresh_due_in(ref), backing_off)
-            if not (pool.gone_slots and backing_off <= 0) and wait > 0:
+            urgent = pool.gone_slots or pool.noticed
+            if not (urgent and backing_off <= 0) and wait > 0:
                 await _sleep(stopped, pool.wake, wait)
                 continue  # re-read: an operation may have moved the due time meanwhile
             try:
-                if pool.gone_slots:
+                if pool.noticed:  # a reclaim ahead: its replacement starts now
+                    await reconciler.start_surges(ref)
+                elif pool.gone_slots:
                     await reconciler.replace_gone(ref)
                 else:
                     await reconciler.check_reclaims(ref)
@@ -86,6 +91,10 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
             memo["lease"] = asyncio.create_task(reconciler.lease.run(), name="lease")
         if reconciler.probe is not None:
             memo["probe"] = asyncio.create_task(reconciler.probe.run(), name="fleet-probe")
+        if settings.notice_port:
+            server = NoticeServer(reconciler, settings.notice_host, settings.notice_port)
+            await server.start()
+            memo["notices"] = server
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -94,6 +103,9 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
 
     @kopf.on.cleanup(registry=registry)
     async def close(memo: kopf.Memo, **_: Any) -> None:
+        server = memo.get("notices")
+        if isinstance(server, NoticeServer):
+            await server.stop()
         for name in ("probe", "lease"):
             task = memo.get(name)
             if isinstance(task, asyncio.Task):

@@ -5,6 +5,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from spotpool.api.spec import GROUP, KIND, VERSION
@@ -80,3 +81,5 @@ class PoolState:
     checks: int = 0  # reclaim checks made (every so many is a full refresh)
     gone_slots: set[int] = field(default_factory=set)  # the fleet probe saw these go
     wake: asyncio.Event = field(default_factory=asyncio.Event)  # set when gone_slots grows
+    # Termination notices its instances reported: slot -> (instance id, termination time).
+    noticed: dict[int, tuple[str, datetime]] = field(default_factory=dict)

@@ -6,7 +6,6 @@ import time
 from datetime import datetime
 
 from spotpool.api.spec import SpotpoolSpec
-from spotpool.api.stackconfig import StackConfig
 from spotpool.engine import cloud_errors
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.results import OperationResult
@@ -45,7 +44,7 @@ class Reclaims(PoolWork):
             ref.logger.warning("reclaimed: %s", names)
             pool.status = render.reclaimed(pool.status, gone, self.clock())
             pool.replace_pending, pool.reclaimed_at = True, seen_at
-            config = StackConfig.from_spec(ref.identity, spec)
+            config = self._config(ref, spec)
             if config != pool.applied:
                 await self._replace(pool, ref, spec)  # the spec moved too: a full up
                 return
@@ -156,7 +155,7 @@ class Reclaims(PoolWork):
         self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec, slots: list[int] | None = None
     ) -> None:
         before = {i.slot: i.instance_id for i in pool.status.instances}
-        config = StackConfig.from_spec(ref.identity, spec)
+        config = self._config(ref, spec)
         result = await self._up(
             pool, ref, spec, config, "Replacing", "replacing reclaimed slots", slots=slots
         )

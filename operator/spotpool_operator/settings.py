@@ -41,6 +41,29 @@ class OperatorSettings(BaseModel):
     metrics_port: int = Field(9090, ge=0, le=65535, description="Prometheus metrics; 0 = off.")
     liveness_port: int = Field(8081, ge=0, le=65535, description="kopf's /healthz; 0 = off.")
 
+    notice_host: str = Field(
+        "127.0.0.1", description="Address the termination-notice endpoint listens on."
+    )
+    notice_port: int = Field(
+        0, ge=0, le=65535, description="Port of the termination-notice endpoint; 0 = off."
+    )
+    notice_url: str | None = Field(
+        None,
+        pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        description="The notice endpoint as instances reach it (the pools' agents report "
+        "there); default http://HOST:PORT when HOST is a concrete address.",
+    )
+
+    def notice_endpoint(self) -> str | None:
+        """Where agents report, or None when notices are off (no agent is installed)."""
+        if not self.notice_port:
+            return None
+        if self.notice_url:
+            return self.notice_url.rstrip("/")
+        if self.notice_host in ("0.0.0.0", "::", ""):
+            return None  # nobody said which address the instances reach
+        return f"http://{self.notice_host}:{self.notice_port}"
+
     def liveness_endpoint(self) -> str | None:
         if not self.liveness_port:
             return None

@@ -11,11 +11,13 @@ from typing import Any
 from spotpool.api.status import (
     Condition,
     Instance,
+    Notices,
     Operation,
     Phase,
     Reclaims,
     SpotpoolStatus,
     StackStatus,
+    Surge,
 )
 from spotpool.engine.results import OperationResult, SlotOutput
 
@@ -279,3 +281,46 @@ def _clean(value: Any, in_list: bool) -> Any:
     if isinstance(value, list):
         return [_clean(item, in_list=True) for item in value]
     return value
+
+
+def noticed(status: SpotpoolStatus, count: int, now: datetime) -> SpotpoolStatus:
+    """Termination notices taken in: counted (their replacements start right after)."""
+    notices = Notices(total=status.notices.total + count, last_time=now)
+    return status.model_copy(update={"notices": notices})
+
+
+def with_surges(
+    status: SpotpoolStatus,
+    surges: list[SlotOutput],
+    noticed: Mapping[int, tuple[str, datetime | None]] | None = None,
+) -> SpotpoolStatus:
+    """The surge instances an operation left (a promoted one is gone from the list: it is the
+    slot's instance now), keeping what the notice said about each (`noticed`: slot -> the
+    instance being taken and when)."""
+    earlier = {s.slot: (s.replacing, s.termination_time) for s in status.surges}
+    said = {**earlier, **(noticed or {})}
+    items = [
+        Surge(
+            slot=out.slot,
+            instance_id=out.instance_id,
+            replacing=said.get(out.slot, (None, None))[0],
+            termination_time=said.get(out.slot, (None, None))[1],
+            state=out.state,
+        )
+        for out in sorted(surges, key=lambda out: out.slot)
+    ]
+    return status.model_copy(update={"surges": items})
+
+
+def surged(
+    status: SpotpoolStatus,
+    result: OperationResult,
+    noticed: Mapping[int, tuple[str, datetime | None]],
+    started: datetime,
+    now: datetime,
+) -> SpotpoolStatus:
+    """Replacements started on notices: the pool is still whole (the noticed instances run
+    until the cloud takes them), so Ready and the phase stay as they were."""
+    status = with_instances(status, result.instances)
+    status = _operation(status, str(result.kind), "succeeded", started, now, changes=result.changes)
+    return with_surges(status, result.surges, noticed)

@@ -8,6 +8,7 @@ from spotpool.api.cli import app as crd_app
 from spotpool.cluster.cli import app as cluster_app
 from spotpool.demo import demo
 from spotpool.emulator.cli import app as emulator_app
+from spotpool.notices.cli import notice_agent
 from spotpool.preview.cli import PreviewCommand, preview
 from spotpool.stacks_cli import app as stacks_app
 from spotpool.toolchain.cli import app as toolchain_app
@@ -27,3 +28,4 @@ app.add_typer(deploy_app, name="deploy")
 app.add_typer(stacks_app, name="stacks")
 app.command(cls=PreviewCommand)(preview)
 app.command()(demo)
+app.command("notice-agent")(notice_agent)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from spotpool_deploy import helm
 from spotpool_deploy.cli import app
 from spotpool_deploy.config import InstallConfig
@@ -110,6 +110,38 @@ def test_helm_template_gives_what_render_gives(name: str, tmp_path: Path) -> Non
     assert sorted(templated) == sorted(rendered)
     for key, obj in rendered.items():
         assert templated[key] == obj, key
+
+
+INVALID = {
+    "name": {"name": "Bad_Name"},
+    "watchNamespaces/0": {"watchNamespaces": ["Team-A"]},
+    "watchNamespaces": {"watchNamespaces": ["a", "a"]},
+    "refreshInterval": {"refreshInterval": "1 minute"},
+    "scrapeInterval": {"monitoring": {"scrapeInterval": "often"}},
+    "dashboardNamespace": {"monitoring": {"dashboardNamespace": "Grafana"}},
+    "maxConcurrent": {"maxConcurrent": 0},
+    "imagePullPolicy": {"imagePullPolicy": "Sometimes"},
+    "backendUrl": {"replicas": 2},
+    "backendUrl ": {"replicas": 2, "backendUrl": "file:///state"},
+    "service": {"monitoring": {"serviceMonitor": True}, "metrics": {"service": False}},
+    "imge": {"imge": "x"},
+}
+
+
+@pytest.mark.parametrize("field", list(INVALID))
+def test_the_chart_refuses_what_the_install_refuses(field: str, tmp_path: Path) -> None:
+    """values.schema.json carries the model's checks, the validators' included."""
+    values = INVALID[field]
+    with pytest.raises(ValidationError):
+        InstallConfig.model_validate(values)
+    file = tmp_path / "values.json"
+    file.write_text(json.dumps(values))
+    out = subprocess.run(
+        [str(require_tool("helm")), "template", "x", str(COMMITTED), "--values", str(file)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode != 0 and "values don't meet the specifications" in out.stderr
+    assert field.strip() in out.stderr, out.stderr
 
 
 def test_helm_lint_passes_and_bad_values_fail_with_the_setting_named() -> None:

@@ -48,6 +48,7 @@ class FakeCloud:
             return f"ins-{self.next_id:08d}"
 
     reclaimed: set[str] = field(default_factory=set)
+    surges: dict[str, dict[int, str]] = field(default_factory=dict)  # stack -> slot -> id
 
     def reclaim(self, stack: str, slot: int) -> str:
         """The cloud takes the instance away; the stack's state still lists it."""
@@ -125,6 +126,21 @@ class FakeEngine:
         for slot in slots:
             self.known.pop(slot, None)
         return self.up(config, login_password)
+
+    def start_surge(
+        self, config: StackConfig, slots: list[int], login_password: str | None = None
+    ) -> OperationResult:
+        """Like the real one: a second instance beside each noticed slot's."""
+        self.cloud.calls.append(("start_surge", self.name))
+        surges = self.cloud.surges.setdefault(self.name, {})
+        for slot in slots:
+            surges.setdefault(slot, self.cloud.new_id())
+        result = OperationResult(kind=OperationKind.UP, stack=self.name, seconds=0.1)
+        result.instances = self._outputs()
+        result.surges = [
+            SlotOutput(slot=s, instance_id=i, state="RUNNING") for s, i in sorted(surges.items())
+        ]
+        return result
 
     def refresh(self) -> OperationResult:
         self.cloud.calls.append(("refresh", self.name))

@@ -29,6 +29,7 @@ from typing import Any, Literal, TypeGuard, Union
 from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 
+from spotpool.api.spec import DURATION
 from spotpool_deploy.config import DNS_LABEL, VERSION, InstallConfig
 from spotpool_deploy.kustomize import dump
 from spotpool_deploy.objects import Object, identity, render
@@ -642,12 +643,43 @@ def _schema() -> dict[str, Any]:
         schema["properties"].pop(to_camel(name), None)
         if "required" in schema:
             schema["required"] = [r for r in schema["required"] if r != to_camel(name)]
+    # What the model's validators check, as JSON Schema, so `helm` refuses what `render` does
+    # (tests/deploy/test_helm.py checks that both reject the same values).
     label = {"pattern": f"^{DNS_LABEL.pattern}$", "maxLength": 63}
-    schema["properties"]["name"].update(label)
-    schema["properties"]["watchNamespaces"]["items"].update(label)
-    schema["properties"]["watchNamespaces"]["uniqueItems"] = True
+    duration = {"pattern": DURATION, "minLength": 2}
+    properties, defs = schema["properties"], schema["$defs"]
+    properties["name"].update(label)
+    properties["watchNamespaces"]["items"].update(label)
+    properties["watchNamespaces"]["uniqueItems"] = True
+    properties["refreshInterval"].update(duration)
+    defs["Monitoring"]["properties"]["scrapeInterval"].update(duration)
+    defs["Monitoring"]["properties"]["dashboardNamespace"]["anyOf"][0].update(label)
+    schema["allOf"] = CROSS_FIELD_RULES
     schema["$comment"] = HEADER.replace("# ", "").replace("\n", " ").strip()
     return schema
+
+
+CROSS_FIELD_RULES: list[dict[str, Any]] = [
+    {  # InstallConfig._replicas_share_a_backend
+        "if": {"properties": {"replicas": {"minimum": 2}}, "required": ["replicas"]},
+        "then": {
+            "properties": {"backendUrl": {"type": "string", "not": {"pattern": "^file://"}}},
+            "required": ["backendUrl"],
+        },
+    },
+    {  # InstallConfig._monitor_has_a_service
+        "if": {
+            "properties": {
+                "monitoring": {
+                    "properties": {"serviceMonitor": {"const": True}},
+                    "required": ["serviceMonitor"],
+                }
+            },
+            "required": ["monitoring"],
+        },
+        "then": {"properties": {"metrics": {"properties": {"service": {"const": True}}}}},
+    },
+]
 
 
 def _chart_yaml() -> str:

@@ -1,0 +1,170 @@
+"""Termination notices without any process: tokens, signatures, the user data that installs the
+agent, the agent's wire format, and the operator's checks on a report (who may say what)."""
+
+import email
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from spotpool.api import notices
+from spotpool.api.notices import NoticeAgent, NoticeReport
+from spotpool.api.stackconfig import PoolIdentity, StackConfig
+from spotpool.api.status import Instance, Surge
+from spotpool.notices import agent
+from tests.operator.fakes import make_world, pool_body, ref, run
+
+AGENT = NoticeAgent(url="http://10.0.0.5:8090", command="spotpool notice-agent")
+
+
+def test_tokens_differ_per_pool_and_slot_and_need_the_secret() -> None:
+    key_a, key_b = notices.pool_key(b"s1", "uid-a"), notices.pool_key(b"s1", "uid-b")
+    assert key_a != key_b != notices.pool_key(b"s2", "uid-a")
+    tokens = {notices.slot_token(k, s) for k in (key_a, key_b) for s in range(3)}
+    assert len(tokens) == 6
+
+
+def test_signature_checks_token_body_and_age() -> None:
+    body, now = b'{"x": 1}', time.time()
+    header = notices.sign("tok", int(now), body)
+    assert notices.signature_problem("tok", header, body, now) is None
+    assert "match" in (notices.signature_problem("other", header, body, now) or "")
+    assert "match" in (notices.signature_problem("tok", header, b'{"x": 2}', now) or "")
+    assert "off" in (notices.signature_problem("tok", header, body, now + 3600) or "")
+    assert "timestamp" in (notices.signature_problem("tok", "v1=abc", body, now) or "")
+
+
+def test_the_agent_signs_as_the_operator_checks() -> None:
+    """The standalone agent keeps its own copy of the signature: the two must agree."""
+    assert agent.sign("tok", 1700000000, b"body") == notices.sign("tok", 1700000000, b"body")
+    assert agent.REPORT_PATH == notices.REPORT_PATH
+    assert agent.SIGNATURE_HEADER == notices.SIGNATURE_HEADER
+
+
+def test_user_data_alone_or_beside_the_pools_own() -> None:
+    part = notices.agent_part(AGENT, "uid-a", 3, "t0k3n")
+    assert part.startswith("#cloud-config")
+    assert notices.with_agent(None, part) == part
+    settings = notices.agent_settings(part)
+    assert settings == {
+        "SPOTPOOL_NOTICE_URL": AGENT.url,
+        "SPOTPOOL_NOTICE_POOL": "uid-a",
+        "SPOTPOOL_NOTICE_SLOT": "3",
+        "SPOTPOOL_NOTICE_TOKEN": "t0k3n",
+    }
+    combined = notices.with_agent("#!/bin/sh\necho hi\n", part)
+    assert combined == notices.with_agent("#!/bin/sh\necho hi\n", part)  # stable bytes
+    kinds = [p.get_content_type() for p in email.message_from_string(combined).walk()]
+    assert kinds == ["multipart/mixed", "text/x-shellscript", "text/cloud-config"]
+    assert notices.agent_settings(combined) == settings
+    assert "ExecStart=/usr/bin/env spotpool notice-agent" in part
+
+
+def test_report_time_is_utc_plus_8() -> None:
+    report = NoticeReport(
+        pool_uid="u", slot=0, instance_id="ins-abc", termination_time="2026-11-24 23:05:33"
+    )
+    assert report.termination_utc() == datetime(2026, 11, 24, 15, 5, 33, tzinfo=UTC)
+
+
+def test_stack_config_has_the_agent_only_with_an_endpoint_and_not_opted_out() -> None:
+    from tests.engine.conftest import pool_spec
+
+    pool = PoolIdentity(namespace="a", name="b", uid="u")
+    assert StackConfig.from_spec(pool, pool_spec(1)).notice_agent is None
+    on = StackConfig.from_spec(pool, pool_spec(1), notice_url="http://op:8090")
+    assert on.notice_agent == NoticeAgent(url="http://op:8090", command="spotpool notice-agent")
+    off = pool_spec(1, terminationNotices={"enabled": False})
+    assert StackConfig.from_spec(pool, off, notice_url="http://op:8090").notice_agent is None
+
+
+def _report(
+    world_settings_key: str, slot: int, instance: str, uid: str = "uid-gpu"
+) -> tuple[bytes, str]:
+    body = json.dumps(
+        {"poolUid": uid, "slot": slot, "instanceId": instance,
+         "terminationTime": "2026-11-24 23:05:33"}
+    ).encode()  # fmt: skip
+    token = notices.slot_token(world_settings_key, slot)
+    return body, notices.sign(token, int(time.time()), body)
+
+
+def test_operator_takes_a_report_only_from_the_slots_own_instance(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    reconciler = world.reconciler
+    pool = reconciler.pool(ref(pool_body()))
+    pool.status = pool.status.model_copy(
+        update={
+            "instances": [
+                Instance(instance_id="ins-aaa", slot=0),
+                Instance(instance_id="ins-bbb", slot=1),
+            ]
+        }
+    )
+    key = reconciler.settings.engine.notice_key("uid-gpu")
+
+    # slot 1's instance, with slot 1's token, naming slot 0's instance: refused
+    body, signature = _report(key, 1, "ins-aaa")
+    assert reconciler.receive_notice(body, signature)[0] == 409
+    # slot 0's report signed with slot 1's token: refused
+    body, _ = _report(key, 0, "ins-aaa")
+    _, other = _report(key, 1, "ins-aaa")
+    assert reconciler.receive_notice(body, other)[0] == 401
+    # another operator's secret: refused
+    body, forged = _report(notices.pool_key(b"guess", "uid-gpu"), 0, "ins-aaa")
+    assert reconciler.receive_notice(body, forged)[0] == 401
+    # a pool this operator does not serve
+    body, signature = _report(reconciler.settings.engine.notice_key("uid-x"), 0, "ins-aaa", "uid-x")
+    assert reconciler.receive_notice(body, signature)[0] == 404
+    assert reconciler.receive_notice(b"{}", "")[0] == 400
+    assert pool.noticed == {}
+
+    body, signature = _report(key, 0, "ins-aaa")
+    assert reconciler.receive_notice(body, signature)[0] == 202
+    assert pool.noticed == {0: ("ins-aaa", datetime(2026, 11, 24, 15, 5, 33, tzinfo=UTC))}
+    assert pool.wake.is_set()
+    assert reconciler.receive_notice(body, signature)[0] == 200  # said twice: once acted on
+
+    pool.noticed.clear()
+    pool.status = pool.status.model_copy(
+        update={"surges": [Surge(slot=0, instance_id="ins-ccc", replacing="ins-aaa")]}
+    )
+    assert reconciler.receive_notice(body, signature)[0] == 200  # already being replaced
+    body, signature = _report(key, 0, "ins-ccc")
+    assert reconciler.receive_notice(body, signature)[0] == 200  # the replacement itself
+    assert pool.noticed == {}
+
+
+def test_notice_endpoint_needs_a_reachable_address(tmp_path: Path) -> None:
+    from tests.operator.fakes import settings
+
+    assert settings(tmp_path).notice_endpoint() is None
+    assert settings(tmp_path, notice_port=8090).notice_endpoint() == "http://127.0.0.1:8090"
+    assert settings(tmp_path, notice_port=8090, notice_host="0.0.0.0").notice_endpoint() is None
+    wide = settings(tmp_path, notice_port=8090, notice_host="0.0.0.0", notice_url="http://n:1/")
+    assert wide.notice_endpoint() == "http://n:1"
+
+
+def test_a_notice_starts_the_slots_replacement_in_one_engine_run(tmp_path: Path) -> None:
+    world = make_world(tmp_path, notice_port=8090)
+    reconciler = world.reconciler
+    body = pool_body()
+    run(reconciler.converge(ref(body)))
+    assert world.cloud.applied["team-a.gpu"].notice_agent is not None  # agents installed
+    pool = reconciler.pool(ref(body))
+    first = {i.slot: i.instance_id for i in pool.status.instances}
+    key = reconciler.settings.engine.notice_key("uid-gpu")
+    report, signature = _report(key, 1, first[1])
+    assert reconciler.receive_notice(report, signature)[0] == 202
+
+    run(reconciler.start_surges(ref(body)))
+    assert world.cloud.calls[-1] == ("start_surge", "team-a.gpu")
+    status = world.cluster.last("team-a/gpu")
+    (surge,) = status["surges"]
+    assert surge["slot"] == 1 and surge["replacing"] == first[1]
+    assert surge["instanceId"] not in first.values()
+    assert surge["terminationTime"] == "2026-11-24T15:05:33Z"
+    assert status["notices"]["total"] == 1
+    assert status["phase"] == "Ready"  # the noticed instance still runs: nothing missing
+    assert world.events.reasons()[-2:] == ["TerminationNotice", "Surging"]
+    assert pool.noticed == {}
