@@ -1,5 +1,6 @@
 """`spotpool cluster up/down`: a real kube-apiserver and etcd on loopback."""
 
+import base64
 import json
 import os
 import ssl
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from spotpool.cluster.local import load_state
+from spotpool.localworld.emulator import wait_until
+from spotpool.localworld.kube import Kube
 from tests.conftest import require_tool
 
 pytestmark = pytest.mark.e2e
@@ -50,7 +53,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def test_cluster_serves_a_crd_round_trip_and_down_leaves_nothing(tmp_path: Path) -> None:
-    for tool in ("etcd", "kube-apiserver"):
+    for tool in ("etcd", "kube-apiserver", "kube-controller-manager"):
         require_tool(tool)
     kubectl = str(require_tool("kubectl"))
     spotpool = Path(os.environ.get("VIRTUAL_ENV", ".venv")) / "bin" / "spotpool"
@@ -90,4 +93,70 @@ def test_cluster_serves_a_crd_round_trip_and_down_leaves_nothing(tmp_path: Path)
         subprocess.run([str(spotpool), "cluster", "down", "--dir", str(directory)], check=True)
     assert not _pid_alive(state.etcd_pid)
     assert not _pid_alive(state.apiserver_pid)
+    assert state.controller_manager_pid and not _pid_alive(state.controller_manager_pid)
     assert not (directory / "cluster.json").exists()
+
+
+OWNER_AND_DEPENDENT = """
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: owner, namespace: kcm-check}
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: legacy-token
+  namespace: kcm-check
+  annotations: {kubernetes.io/service-account.name: default}
+type: kubernetes.io/service-account-token
+"""
+
+
+def test_the_controller_manager_runs_namespaces_garbage_collection_and_tokens(
+    kube: Kube,
+) -> None:
+    """What kube-controller-manager does in any cluster happens here too: a new namespace
+    gets its `default` service account and root CA; a legacy token Secret is filled with a
+    token that authenticates; an owned object goes with its owner; a deleted namespace is
+    emptied and removed."""
+    kube.ok("create", "namespace", "kcm-check")
+
+    def exists(*what: str) -> bool:
+        return kube.run("-n", "kcm-check", "get", *what).returncode == 0
+
+    wait_until(lambda: exists("serviceaccount", "default"), "the default account", 60, 0.5)
+    wait_until(lambda: exists("configmap", "kube-root-ca.crt"), "the root CA", 60, 0.5)
+    kube.ok("apply", "-f", "-", stdin=OWNER_AND_DEPENDENT)
+    owner_uid = kube.ok(
+        "-n", "kcm-check", "get", "configmap", "owner", "-o", "jsonpath={.metadata.uid}"
+    )
+    dependent = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "dependent",
+            "namespace": "kcm-check",
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner_uid}
+            ],
+        },
+    }
+    kube.ok("apply", "-f", "-", stdin=json.dumps(dependent))
+
+    def token() -> str:
+        found = kube.ok(
+            "-n", "kcm-check", "get", "secret/legacy-token", "-o=jsonpath={.data.token}"
+        )
+        return base64.b64decode(found).decode() if found else ""
+
+    account_token = wait_until(token, "the token", timeout=60, every=0.5)
+    who = kube.ok("auth", "whoami", "-o", "json", f"--token={account_token}")
+    assert (
+        json.loads(who)["status"]["userInfo"]["username"]
+        == "system:serviceaccount:kcm-check:default"
+    )
+
+    kube.ok("-n", "kcm-check", "delete", "configmap", "owner", "--cascade=foreground")
+    wait_until(lambda: not exists("configmap", "dependent"), "the garbage collector", 60, 0.5)
+    kube.ok("delete", "namespace", "kcm-check", "--timeout=90s")  # waits until it is gone
+    assert "NotFound" in kube.run("get", "namespace", "kcm-check").stderr

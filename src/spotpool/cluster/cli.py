@@ -7,7 +7,10 @@ from rich.console import Console
 
 from spotpool.cluster.local import ClusterError, default_directory, down, up
 
-app = typer.Typer(help="A local kube-apiserver + etcd on 127.0.0.1.", no_args_is_help=True)
+app = typer.Typer(
+    help="A local control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager.",
+    no_args_is_help=True,
+)
 console = Console(stderr=True)
 
 DirOption = typer.Option(None, "--dir", help="state directory (default: user-level state dir)")
@@ -15,10 +18,11 @@ DirOption = typer.Option(None, "--dir", help="state directory (default: user-lev
 
 @app.command("up")
 def up_command(directory: Path | None = DirOption) -> None:
-    """Start etcd and kube-apiserver on free loopback ports and write DIR/kubeconfig."""
+    """Start etcd, kube-apiserver and kube-controller-manager on free loopback ports and
+    write DIR/kubeconfig."""
     target = (directory or default_directory()).resolve()
     try:
-        with console.status("starting etcd and kube-apiserver…"):
+        with console.status("starting etcd, kube-apiserver and kube-controller-manager…"):
             state = up(target)
     except ClusterError as err:
         console.print(f"[red]cluster up failed:[/] {err}")

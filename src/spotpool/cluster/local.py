@@ -1,7 +1,9 @@
-"""Start and stop etcd + kube-apiserver on loopback, and write a kubeconfig for them.
+"""Start and stop etcd + kube-apiserver + kube-controller-manager on loopback, and write a
+kubeconfig for them.
 
-Only the API server runs: the operator talks to the API, so no kubelet, scheduler or
-controller-manager is needed. Access needs a bearer token (no anonymous access); RBAC is on.
+The controller manager makes namespace deletion, garbage collection of owned objects and
+service-account tokens behave as in a real cluster; no kubelet or scheduler runs (the operator
+only talks to the API). Access needs a bearer token (no anonymous access); RBAC is on.
 """
 
 import contextlib
@@ -42,6 +44,9 @@ class ClusterState(BaseModel):
     apiserver_pid: int
     etcd_binary: Path
     apiserver_binary: Path
+    # None in the state of a cluster started before the controller manager was part of it.
+    controller_manager_pid: int | None = None
+    controller_manager_binary: Path | None = None
 
 
 def default_directory() -> Path:
@@ -62,7 +67,12 @@ def _binary(name: str) -> Path:
     return path
 
 
-def _write_credentials(pki: Path) -> str:
+CONTROLLER_MANAGER_USER = "system:kube-controller-manager"  # bound by RBAC's bootstrap policy
+
+
+def _write_credentials(pki: Path) -> tuple[str, str]:
+    """The service-account key pair and the static tokens: the admin's, the controller
+    manager's. Returns both tokens."""
     pki.mkdir(parents=True, exist_ok=True)
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     (pki / "sa.key").write_bytes(
@@ -77,12 +87,15 @@ def _write_credentials(pki: Path) -> str:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
-    token = secrets.token_urlsafe(32)
+    token, manager_token = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     tokens = pki / "tokens.csv"
-    tokens.write_text(f'{token},admin,admin,"system:masters"\n')
+    tokens.write_text(
+        f'{token},admin,admin,"system:masters"\n'
+        f"{manager_token},{CONTROLLER_MANAGER_USER},{CONTROLLER_MANAGER_USER}\n"
+    )
     for secret_file in (pki / "sa.key", tokens):
         secret_file.chmod(0o600)
-    return token
+    return token, manager_token
 
 
 def _spawn(args: list[str], log: Path, tie_to_parent: bool) -> subprocess.Popen[bytes]:
@@ -104,25 +117,31 @@ def _spawn(args: list[str], log: Path, tie_to_parent: bool) -> subprocess.Popen[
 
 
 def _wait_ready(
-    server: str,
-    token: str,
-    ca: Path,
+    name: str,
+    url: str,
+    token: str | None,
+    ca: Path | None,
     processes: dict[str, subprocess.Popen[bytes]],
     directory: Path,
+    deadline: float,
 ) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    """Until `url` answers 200; a started process that exits fails at once."""
     last = "no answer yet"
     while time.monotonic() < deadline:
-        for name, proc in processes.items():
+        for process_name, proc in processes.items():
             if proc.poll() is not None:
                 raise ClusterError(
-                    f"{name} exited with {proc.returncode}: see {directory}/{name}.log"
+                    f"{process_name} exited with {proc.returncode}: "
+                    f"see {directory}/{process_name}.log"
                 )
         try:
-            context = ssl.create_default_context(cafile=str(ca)) if ca.exists() else None
-            request = urllib.request.Request(
-                f"{server}/readyz", headers={"Authorization": f"Bearer {token}"}
-            )
+            context: ssl.SSLContext | None = None
+            if ca is None:  # the controller manager's self-signed serving cert, on loopback
+                context = ssl._create_unverified_context()
+            elif ca.exists():
+                context = ssl.create_default_context(cafile=str(ca))
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            request = urllib.request.Request(url, headers=headers)
             with urllib.request.urlopen(request, timeout=2, context=context) as resp:
                 if resp.status == 200:
                     return
@@ -130,8 +149,7 @@ def _wait_ready(
             last = str(err)
         time.sleep(0.3)
     raise ClusterError(
-        f"kube-apiserver not ready after {READY_TIMEOUT_SECONDS:.0f}s ({last}); "
-        f"see {directory}/kube-apiserver.log"
+        f"{name} not ready after {READY_TIMEOUT_SECONDS:.0f}s ({last}); see {directory}/{name}.log"
     )
 
 
@@ -142,10 +160,12 @@ def up(directory: Path, tie_to_parent: bool = False) -> ClusterState:
             f"a cluster is already running in {directory}: `spotpool cluster down` first"
         )
     etcd, apiserver = _binary("etcd"), _binary("kube-apiserver")
+    controller_manager = _binary("kube-controller-manager")
     directory.mkdir(parents=True, exist_ok=True)
     pki = directory / "pki"
-    token = _write_credentials(pki)
+    token, manager_token = _write_credentials(pki)
     client_port, peer_port, api_port = _free_port(), _free_port(), _free_port()
+    manager_port = _free_port()
     etcd_url = f"http://127.0.0.1:{client_port}"
     peer_url = f"http://127.0.0.1:{peer_port}"
     etcd_proc = _spawn(
@@ -185,6 +205,7 @@ def up(directory: Path, tie_to_parent: bool = False) -> ClusterState:
         tie_to_parent,
     )
     server = f"https://127.0.0.1:{api_port}"
+    ca = pki / "apiserver.crt"
     state = ClusterState(
         directory=directory,
         kubeconfig=directory / "kubeconfig",
@@ -195,42 +216,85 @@ def up(directory: Path, tie_to_parent: bool = False) -> ClusterState:
         apiserver_binary=apiserver,
     )
     (directory / "cluster.json").write_text(state.model_dump_json(indent=2))
+    processes = {"etcd": etcd_proc, "kube-apiserver": api_proc}
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
     try:
+        _wait_ready("kube-apiserver", f"{server}/readyz", token, ca, processes, directory, deadline)
+        # Started once the API server serves: it reads the API server's self-signed cert, and
+        # gives up when the API server is not healthy within seconds.
+        manager_proc = _start_controller_manager(
+            controller_manager, directory, server, manager_token, manager_port, tie_to_parent
+        )
+        state.controller_manager_pid = manager_proc.pid
+        state.controller_manager_binary = controller_manager
+        (directory / "cluster.json").write_text(state.model_dump_json(indent=2))
+        processes["kube-controller-manager"] = manager_proc
         _wait_ready(
-            server,
-            token,
-            pki / "apiserver.crt",
-            {"etcd": etcd_proc, "kube-apiserver": api_proc},
+            "kube-controller-manager",
+            f"https://127.0.0.1:{manager_port}/healthz",
+            None,
+            None,
+            processes,
             directory,
+            deadline,
         )
     except ClusterError:
         down(directory)
         raise
-    _write_kubeconfig(state, token, pki / "apiserver.crt")
+    _write_kubeconfig(state.kubeconfig, server, token, ca, "admin")
     return state
 
 
-def _write_kubeconfig(state: ClusterState, token: str, ca: Path) -> None:
+def _start_controller_manager(
+    binary: Path, directory: Path, server: str, token: str, port: int, tie_to_parent: bool
+) -> subprocess.Popen[bytes]:
+    """Its own identity (the bootstrap policy's system:kube-controller-manager) and one
+    service account per controller, as kubeadm runs it; the token controller signs with the
+    key the API server verifies."""
+    pki = directory / "pki"
+    kubeconfig = directory / "controller-manager.kubeconfig"
+    _write_kubeconfig(kubeconfig, server, token, pki / "apiserver.crt", "controller-manager")
+    return _spawn(
+        [
+            str(binary),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={directory / 'controller-manager'}",
+            "--leader-elect=false",
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'apiserver.crt'}",
+            "--v=0",
+        ],
+        directory / "kube-controller-manager.log",
+        tie_to_parent,
+    )
+
+
+def _write_kubeconfig(path: Path, server: str, token: str, ca: Path, user: str) -> None:
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
             {
                 "name": "spotpool-local",
-                "cluster": {"server": state.server, "certificate-authority": str(ca)},
+                "cluster": {"server": server, "certificate-authority": str(ca)},
             }
         ],
-        "users": [{"name": "spotpool-admin", "user": {"token": token}}],
+        "users": [{"name": f"spotpool-{user}", "user": {"token": token}}],
         "contexts": [
             {
                 "name": "spotpool-local",
-                "context": {"cluster": "spotpool-local", "user": "spotpool-admin"},
+                "context": {"cluster": "spotpool-local", "user": f"spotpool-{user}"},
             }
         ],
         "current-context": "spotpool-local",
     }
-    state.kubeconfig.write_text(yaml.safe_dump(config, sort_keys=False))
-    state.kubeconfig.chmod(0o600)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.chmod(0o600)
 
 
 def load_state(directory: Path) -> ClusterState:
@@ -249,21 +313,26 @@ def _is_ours(pid: int, binary: Path) -> bool:
     return Path(exe.removesuffix(" (deleted)")) == binary.resolve()
 
 
+def _started(state: ClusterState) -> list[tuple[int, Path]]:
+    """(pid, binary) of each process `up` started, in the order `down` stops them."""
+    started = []
+    # The controller manager first, then the API server, so neither logs a storm of
+    # connection errors on its way out.
+    if state.controller_manager_pid and state.controller_manager_binary:
+        started.append((state.controller_manager_pid, state.controller_manager_binary))
+    started += [(state.apiserver_pid, state.apiserver_binary), (state.etcd_pid, state.etcd_binary)]
+    return started
+
+
 def is_running(state: ClusterState) -> bool:
-    return _is_ours(state.etcd_pid, state.etcd_binary) or _is_ours(
-        state.apiserver_pid, state.apiserver_binary
-    )
+    return any(_is_ours(pid, binary) for pid, binary in _started(state))
 
 
 def down(directory: Path) -> list[int]:
     """Stop exactly the processes `up` started in `directory`; return the pids stopped."""
     state = load_state(directory)
     stopped: list[int] = []
-    # The API server first, so it does not log a storm of etcd errors on its way out.
-    for pid, binary in (
-        (state.apiserver_pid, state.apiserver_binary),
-        (state.etcd_pid, state.etcd_binary),
-    ):
+    for pid, binary in _started(state):
         if not _is_ours(pid, binary):
             continue
         os.kill(pid, signal.SIGTERM)
