@@ -291,9 +291,11 @@ TOOLS.append(
             module="helm.sh/helm/v3",
             version=f"v{HELM_VERSION}",
             package="helm.sh/helm/v3/cmd/helm",
-            # As helm's Makefile stamps a release: the version, and the Kubernetes version that
-            # lint and template assume (from its client-go, v0.37).
+            # As helm's Makefile builds a release: stripped, the version stamped, and the
+            # Kubernetes version that lint and template assume (from its client-go, v0.37).
             ldflags=[
+                "-s",
+                "-w",
                 _x("helm.sh/helm/v3/internal/version.version", f"v{HELM_VERSION}"),
                 _x("helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor", "1"),
                 _x("helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor", "37"),
