@@ -13,7 +13,7 @@ from typing import Any
 import pulumi
 import pytest
 
-from spotpool.api.spec import SpotpoolSpec
+from spotpool.api.spec import ChargeType, SpotpoolSpec
 from spotpool.api.stackconfig import CONFIG_KEY, PoolIdentity, StackConfig
 
 PROGRAM = Path(__file__).parents[1] / "stacks" / "spotpool"
@@ -114,6 +114,33 @@ def test_on_demand_pools_carry_no_spot_options(mocks: CloudMocks) -> pulumi.Outp
         assert "spotInstanceType" not in first and "spotMaxPrice" not in first
 
     return run_program(stack_config(instanceChargeType="POSTPAID_BY_HOUR")).apply(check)
+
+
+@pulumi.runtime.test
+def test_placed_slots_go_to_their_zone_type_and_charge(mocks: CloudMocks) -> pulumi.Output[Any]:
+    config = stack_config(instanceTypes=["GN7.2XLARGE32", "GN7.5XLARGE80"]).placing(
+        {
+            0: ("ap-singapore-3", "GN7.5XLARGE80", ChargeType.SPOTPAID),
+            2: ("ap-singapore-3", "GN7.2XLARGE32", ChargeType.POSTPAID_BY_HOUR),
+        }
+    )
+
+    def check(instances: list[dict[str, Any]]) -> None:
+        slots = [mocks.instances[f"gpu-slot-{i}"] for i in range(3)]
+        assert [s["availabilityZone"] for s in slots] == ["ap-singapore-3"] * 3
+        assert [s["instanceType"] for s in slots] == [
+            "GN7.5XLARGE80",
+            "GN7.2XLARGE32",
+            "GN7.2XLARGE32",
+        ]
+        assert slots[0]["instanceChargeType"] == "SPOTPAID"
+        on_demand = slots[2]
+        assert on_demand["instanceChargeType"] == "POSTPAID_BY_HOUR"
+        assert "spotInstanceType" not in on_demand and "spotMaxPrice" not in on_demand
+        assert [i["chargeType"] for i in instances] == ["SPOTPAID", "SPOTPAID", "POSTPAID_BY_HOUR"]
+
+    assert config.on_demand_slots() == [2]
+    return run_program(config).apply(check)
 
 
 def test_stack_config_holds_no_credentials() -> None:

@@ -27,6 +27,13 @@ def _seconds(text: str) -> float:
         return parse_duration(text)
 
 
+def _duration(text: str, flag: str) -> float:
+    try:
+        return _seconds(text)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint=flag) from None
+
+
 def _passphrase(passphrase_file: Path | None) -> SecretStr:
     if passphrase_file is not None:
         try:
@@ -148,6 +155,13 @@ def run(
         "region, of Tencent's 40/s); it looks every max(1 s, √pages / budget): one call a look "
         "once the fleet spans pages (a count), a sweep only when it moved. 0 turns it off.",
     ),
+    avoid_for: str = typer.Option(
+        "3m",
+        "--avoid-for",
+        envvar="SPOTPOOL_AVOID_FOR",
+        help="After a reclaim or a no-stock answer, place new instances elsewhere than that "
+        "zone and instance type for this long (seconds, or 30s/3m).",
+    ),
     api_limit: list[str] = typer.Option(
         [],
         "--api-limit",
@@ -173,6 +187,24 @@ def run(
         "--lease-duration",
         envvar="SPOTPOOL_LEASE_DURATION",
         help="How long the Lease lasts unrenewed (a killed replica's successor waits this).",
+    ),
+    shards: int = typer.Option(
+        16,
+        "--shards",
+        min=1,
+        max=1024,
+        envvar="SPOTPOOL_SHARDS",
+        help="Shards the pools hash onto (by uid), each a Lease `<lease-name>-shard-<i>` that one "
+        "replica holds; replicas divide them. 1: the single Lease <lease-name>. Every replica "
+        "of an install must use the same number.",
+    ),
+    max_concurrent_per_account: int = typer.Option(
+        8,
+        "--max-concurrent-per-account",
+        min=0,
+        envvar="SPOTPOOL_MAX_CONCURRENT_PER_ACCOUNT",
+        help="Engine operations at once on one cloud account across all replicas (each takes "
+        "its share); 0: no bound beyond --max-concurrent.",
     ),
     operation_timeout: str = typer.Option(
         "30m",
@@ -306,9 +338,12 @@ def run(
             refresh_interval=interval,
             full_refresh_every=full_refresh_every,
             probe=ProbeSettings(budget=probe_budget),
+            avoid_seconds=_duration(avoid_for, "--avoid-for"),
             lease_name=lease_name,
             lease_namespace=lease_home,
             lease_duration=lease_seconds,
+            shards=shards,
+            max_concurrent_per_account=max_concurrent_per_account,
             rate_limits=_rate_limits(api_limit),
             metrics_host=metrics_host,
             metrics_port=metrics_port,

@@ -77,7 +77,8 @@ class Converging(PoolWork):
         except Exception as error:  # the up that follows says what is wrong
             ref.logger.info("could not read the stack's last config: %s", type(error).__name__)
             return
-        if applied != config.redacted():
+        # Where its slots landed (stock placement, fallbacks) is not part of the spec.
+        if applied is None or applied.intent() != config.redacted().intent():
             return
         ref.logger.info("the stack already applied this spec: no up on resume")
         pool.applied, pool.credentials, pool.converged_once = config, credentials, True

@@ -9,9 +9,10 @@ the clock) comes in from outside so the logic can be tested without any of them.
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import partial
@@ -19,22 +20,25 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import SecretStr, ValidationError
 
-from spotpool.api.spec import SpotpoolSpec, parse_duration
+from spotpool.api.placement import NoCapacity
+from spotpool.api.spec import ChargeType, SpotpoolSpec, parse_duration
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.api.status import SpotpoolStatus
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.processes import kill_runs
 from spotpool.engine.results import OperationResult
 from spotpool_operator import status as render
+from spotpool_operator.capacity import Capacity, Replan, live_slots
 from spotpool_operator.credentials import INLINE_WARNING, login_password, resolve
 from spotpool_operator.events import Events
 from spotpool_operator.failures import PoolProblem, classify
 from spotpool_operator.fleet import FleetProbe
 from spotpool_operator.kube import Cluster
-from spotpool_operator.lease import OperatorLease
 from spotpool_operator.metrics import Metrics
 from spotpool_operator.pools import PoolRef, PoolState
 from spotpool_operator.settings import OperatorSettings
+from spotpool_operator.shards import NotServed, ShardLeases
+from spotpool_operator.slots import EngineSlots, Priority
 
 T = TypeVar("T")
 
@@ -43,13 +47,21 @@ class PoolEngine(Protocol):
     """The part of `spotpool.engine.stack.PoolStack` the operator uses."""
 
     def up(
-        self, config: StackConfig, login_password: str | None = None, refresh: bool = False
+        self,
+        config: StackConfig,
+        login_password: str | None = None,
+        refresh: bool = False,
+        replan: Replan | None = None,
     ) -> OperationResult: ...
 
     def refresh(self) -> OperationResult: ...
 
     def replace_slots(
-        self, config: StackConfig, slots: list[int], login_password: str | None = None
+        self,
+        config: StackConfig,
+        slots: list[int],
+        login_password: str | None = None,
+        replan: Replan | None = None,
     ) -> OperationResult: ...
 
     def start_surge(
@@ -71,6 +83,9 @@ CloudLookup = Callable[[PoolIdentity, Credentials, str], set[str]]
 NO_CREDENTIALS = Credentials(secret_id=SecretStr(""), secret_key=SecretStr(""))
 
 
+RUNS = logging.getLogger("spotpool_operator.runs")
+
+
 def _now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
@@ -86,9 +101,11 @@ class PoolWork:
         cloud_lookup: CloudLookup | None = None,
         clock: Callable[[], datetime] = _now,
         probe: FleetProbe | None = None,
-        lease: OperatorLease | None = None,
+        shards: ShardLeases | None = None,
+        capacity: Capacity | None = None,
     ) -> None:
         self.settings = settings
+        self.capacity = capacity  # stock-aware placement of new slots (None: spec order)
         self.cluster = cluster
         self.events = events
         self.metrics = metrics
@@ -96,9 +113,9 @@ class PoolWork:
         self.cloud_lookup = cloud_lookup
         self.clock = clock
         self.probe = probe
-        self.lease = lease
+        self.shards = shards  # None: serve every pool (no Leases, run by hand)
         self.pools: dict[str, PoolState] = {}
-        self._slots = asyncio.Semaphore(settings.max_concurrent)
+        self._slots = EngineSlots(settings.max_concurrent, settings.account_share(1))
         self._executor = ThreadPoolExecutor(
             max_workers=settings.max_concurrent, thread_name_prefix="spotpool-engine"
         )
@@ -183,15 +200,22 @@ class PoolWork:
             self.events.post(ref.event_ref(), "Warning", "InlineCredentials", INLINE_WARNING)
             pool.inline_warned = ref.generation
         engine = self._engine(ref, credentials, spec.region)
+        if self.probe is not None:
+            # The up may replace or delete instances itself: those are no reclaims. The watch
+            # starts again on what the up leaves (a reclaim meanwhile is seen then).
+            self.probe.unwatch(ref.uid)
         try:
+            # Placed by stock; `pool.applied` keeps the spec's config, which is what changes.
+            placed, replan = await self._placed(pool, spec, config, credentials, slots)
             if slots:
                 result = await self._engine_call(
-                    "up", engine.replace_slots, config, slots, password
+                    "up", engine.replace_slots, placed, slots, password, replan
                 )
             else:
-                result = await self._engine_call("up", engine.up, config, password, short)
+                result = await self._engine_call("up", engine.up, placed, password, short, replan)
         except Exception as error:
             pool.applied = None  # a failed up may have changed part of the pool: redo any spec
+            self._watch(ref, pool, credentials, spec.region)
             problem = classify(error)
             await self._fail(pool, ref, pool.status, "up", problem, started)
             raise problem from None
@@ -219,6 +243,41 @@ class PoolWork:
             status.replicas,
         )  # fmt: skip
         return result
+
+    def note_reclaimed(self, pool: PoolState, slots: Iterable[int]) -> None:
+        """The cloud took these slots' instances (spot ones): placement avoids their zone x
+        type for a while."""
+        if self.capacity is not None:
+            gone = set(slots)
+            instances = [i for i in pool.status.instances if i.slot in gone]
+            self.capacity.reclaimed(instances, ChargeType.SPOTPAID)
+
+    async def _placed(
+        self,
+        pool: PoolState,
+        spec: SpotpoolSpec,
+        config: StackConfig,
+        credentials: Credentials,
+        slots: list[int] | None,
+    ) -> tuple[StackConfig, Replan | None]:
+        """`config` with its slots placed by stock (`slots`, or every slot without an
+        instance), and where the engine sends slots the cloud then has no stock for."""
+        if self.capacity is None:
+            return config, None
+        live = live_slots(pool.status.instances, spec.instance_charge_type)
+        wanted = slots if slots else [s for s in range(config.count) if s not in live]
+        try:
+            placed = await asyncio.to_thread(
+                self.capacity.plan, spec, config, live, wanted, credentials, spec.region,
+                pool.back_to_spot,
+            )  # fmt: skip
+        except NoCapacity as error:
+            raise PoolProblem(
+                "ResourceInsufficient",
+                f"no spot stock to place the pool's new instances: {error}; list more zones or "
+                "instance types, or turn on spec.onDemandFallback",
+            ) from None
+        return placed, self.capacity.replanner(spec, credentials, spec.region)
 
     def _post_recovered(self, ref: PoolRef, result: OperationResult) -> None:
         """What the engine repaired: an Event for each terminated orphan, one for the rest."""
@@ -298,17 +357,23 @@ class PoolWork:
 
         `record`: count it in the operation metrics (not for look-ups that serve one).
         """
-        if self.lease is not None and not self.lease.held():
-            await self.lease.held_event.wait()  # only the Lease's holder writes stacks
-        async with self._slot():
+        engine = getattr(call, "__self__", None)
+        uid: str | None = getattr(getattr(engine, "pool", None), "uid", None)
+        if self.shards is not None and uid is not None and not self.shards.serves(uid):
+            raise _not_served(self.shards, uid)  # another replica's pool now: hands off
+        async with self._slot(self._priority(kind, uid), _account(engine)):
             self.metrics.in_flight.inc()
             started = time.monotonic()
             succeeded = False
             try:
                 loop = asyncio.get_running_loop()
-                value = await loop.run_in_executor(self._executor, partial(call, *args))
+                value = await loop.run_in_executor(
+                    self._executor, partial(self._guarded, uid, call, *args)
+                )
                 succeeded = True
                 return value
+            except NotServed:  # the shard went while the call waited for a slot or a thread
+                raise _not_served(self.shards, uid) from None
             except asyncio.CancelledError:  # kopf gave up on the handler: so does the engine
                 cancel = getattr(getattr(call, "__self__", None), "cancel", None)
                 if callable(cancel):
@@ -320,17 +385,66 @@ class PoolWork:
                     self.metrics.observe_operation(kind, succeeded, time.monotonic() - started)
 
     @contextlib.asynccontextmanager
-    async def _slot(self) -> AsyncIterator[None]:
-        """One of the max_concurrent engine slots; counted as queued while waiting for it."""
+    async def _slot(
+        self, priority: Priority = Priority.UPDATE, account: str = ""
+    ) -> AsyncIterator[None]:
+        """One of the engine slots (most urgent first, bounded per cloud account); counted as
+        queued while waiting for it."""
         self.metrics.queued.inc()
+        waiting = True
         try:
-            await self._slots.acquire()
+            async with self._slots.take(priority, account):
+                self.metrics.queued.dec()
+                waiting = False
+                yield
         finally:
-            self.metrics.queued.dec()
-        try:
-            yield
-        finally:
-            self._slots.release()
+            if waiting:
+                self.metrics.queued.dec()
+
+    def _guarded(self, uid: str | None, call: Callable[..., T], *args: Any) -> T:
+        """In the engine's thread: run only while the pool's shard is served, counted as its
+        operation (a shard is given up only when its operations are over)."""
+        if self.shards is None or uid is None:
+            return call(*args)
+        with self.shards.operation(uid):
+            stack = getattr(getattr(call, "__self__", None), "name", uid)
+            what = getattr(call, "__name__", "call")
+            RUNS.info("%s of %s begins", what, stack)  # tests check no two replicas overlap
+            try:
+                return call(*args)
+            finally:
+                RUNS.info("%s of %s ends", what, stack)
+
+    def _priority(self, kind: str, uid: str | None) -> Priority:
+        """Replacing reclaimed instances first, then spec changes, then the periodic refresh,
+        then the first up of a new pool."""
+        if kind == "refresh":
+            return Priority.REFRESH
+        pool = self.pools.get(uid) if uid else None
+        if kind == "resume" or (pool is not None and (pool.replace_pending or pool.gone_slots)):
+            return Priority.REPLACE  # (resume: a cheap read that spares a takeover's up)
+        if pool is not None and not pool.converged_once and pool.status.observed_generation is None:
+            return Priority.CREATE
+        return Priority.UPDATE
+
+    def serving(self, ref: PoolRef) -> bool:
+        """This replica serves the pool (holds its shard), or serves every pool."""
+        return self.shards is None or self.shards.serves(ref.uid)
+
+    def replicas_changed(self, replicas: int) -> None:
+        """`replicas` share the work now: this one takes its share of each account's slots."""
+        self._slots.resize(per_account=self.settings.account_share(replicas))
+
+    def drop(self, uids: list[str]) -> None:
+        """The pools' shard went to another replica: forget them here (no watch, no state)."""
+        for uid in uids:
+            pool = self.pools.pop(uid, None)
+            if self.probe is not None:
+                self.probe.unwatch(uid)
+            if pool is not None:
+                pool.wake.set()  # its daemon looks again: it waits for the shard now
+            if pool is not None and pool.latest is not None:
+                self.metrics.forget_pool(pool.latest.namespace, pool.latest.name)
 
     async def _fail(
         self,
@@ -341,6 +455,9 @@ class PoolWork:
         problem: PoolProblem,
         started: datetime,
     ) -> None:
+        if not self.serving(ref):  # another replica's pool now: it reports, not this one
+            ref.logger.info("%s stopped: %s", kind, problem.message)
+            return
         repeated = degraded_reason(status) == problem.reason
         self.metrics.observe_failure(kind, problem.reason)
         failed = render.failed(
@@ -354,6 +471,8 @@ class PoolWork:
 
     async def _write(self, pool: PoolState, ref: PoolRef, status: SpotpoolStatus) -> None:
         pool.status = status
+        if not self.serving(ref):
+            return  # the shard's new holder writes the status now
         self.metrics.observe_pool(ref.namespace, ref.name, status)
         try:
             await asyncio.to_thread(
@@ -361,6 +480,20 @@ class PoolWork:
             )
         except Exception as error:  # the next write carries the same fields: do not fail the op
             ref.logger.warning("could not write the status: %s", error)
+
+
+def _not_served(shards: ShardLeases | None, uid: str | None) -> PoolProblem:
+    shard = shards.shard(uid) if shards is not None and uid is not None else "?"
+    return PoolProblem("NotServed", f"shard {shard} is served by another replica now")
+
+
+def _account(engine: object) -> str:
+    """The cloud account an engine call acts for (a digest of its SecretId, never the id)."""
+    credentials = getattr(engine, "credentials", None)
+    secret_id = getattr(credentials, "secret_id", None)
+    if secret_id is None:
+        return ""
+    return hashlib.sha256(secret_id.get_secret_value().encode()).hexdigest()[:16]
 
 
 def degraded_reason(status: SpotpoolStatus) -> str | None:

@@ -4,6 +4,10 @@
 - a daemon per pool → `check_reclaims` once every refreshInterval after the last operation,
   `start_surges` at once on a termination notice, `replace_gone` when the fleet probe saw one go;
 - delete → the finalizer runs `delete` (destroy, or forget with deletionPolicy Retain).
+
+With shards (shards.py), a replica runs these only for the pools of the shards it holds: the
+converge handlers filter on it, the daemon waits until the shard is this replica's and then
+converges the pool as its new server (a takeover), and `delete` waits for the holder to act.
 """
 
 import asyncio
@@ -17,6 +21,7 @@ import kopf
 
 from spotpool.api.spec import GROUP, PLURAL, VERSION
 from spotpool_operator.failures import PoolProblem
+from spotpool_operator.kopf_storage import ServedDiffBaseStorage, ServedProgressStorage, Serves
 from spotpool_operator.notice_server import NoticeServer
 from spotpool_operator.pools import PoolRef
 from spotpool_operator.reconciler import Reconciler
@@ -34,6 +39,11 @@ def _retry_or_stop(problem: PoolProblem, delay: float) -> kopf.TemporaryError | 
 
 def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
     settings = reconciler.settings
+    shards = reconciler.shards
+
+    def served(body: Mapping[str, Any], **_: Any) -> bool:
+        """kopf's filter: this replica holds the pool's shard."""
+        return shards is None or shards.serves(str(body.get("metadata", {}).get("uid", "")))
 
     async def converge(body: Mapping[str, Any], retry: int, logger: Logger, **_: Any) -> None:
         try:
@@ -42,17 +52,36 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
             raise _retry_or_stop(problem, settings.backoff(retry)) from None
 
     for decorator in (kopf.on.create, kopf.on.resume):
-        decorator(*RESOURCE, registry=registry, id="converge")(converge)
-    kopf.on.update(*RESOURCE, registry=registry, id="converge", field="spec")(converge)
+        decorator(*RESOURCE, registry=registry, id="converge", when=served)(converge)
+    kopf.on.update(*RESOURCE, registry=registry, id="converge", field="spec", when=served)(converge)
 
     @kopf.on.delete(*RESOURCE, registry=registry, id="delete")
     async def delete(body: Mapping[str, Any], retry: int, logger: Logger, **_: Any) -> None:
+        ref = PoolRef.from_body(body, logger)
+        if shards is not None and not shards.serves(ref.uid):
+            # Not filtered out like the others: kopf would drop the finalizer of a pool no
+            # handler of this replica wants. Wait for the shard; its holder deletes meanwhile.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(shards.served_event(ref.uid).wait(), settings.lease_duration)
+            if not shards.serves(ref.uid):
+                raise kopf.TemporaryError(
+                    f"NotServed: shard {shards.shard(ref.uid)} is another replica's",
+                    delay=settings.lease_duration / 3,
+                )
+        if shards is not None:
+            shards.know(ref.uid, ref.identity.stack_name)
         try:
-            await reconciler.delete(PoolRef.from_body(body, logger))
+            await reconciler.delete(ref)
         except PoolProblem as problem:  # deleting is never given up: the finalizer waits
             raise kopf.TemporaryError(
                 f"{problem.reason}: {problem.message}", delay=settings.backoff(retry)
             ) from None
+
+    @kopf.on.event(*RESOURCE, registry=registry, id="gone")
+    def gone(event: Mapping[str, Any], **_: Any) -> None:
+        """A deleted pool is no shard's any more (kopf's spies write nothing)."""
+        if shards is not None and event.get("type") == "DELETED":
+            shards.forget(str(event.get("object", {}).get("metadata", {}).get("uid", "")))
 
     @kopf.daemon(*RESOURCE, registry=registry, id="reclaims", cancellation_timeout=5.0)
     async def watch_reclaims(
@@ -61,10 +90,32 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
         """Replace what the fleet probe saw go at once; refresh every refreshInterval after the
         pool's last operation; back off on failure."""
         failures, not_before = 0, 0.0
+        first = PoolRef.from_body(body, logger)
+        served, settle = -1, False  # served: the shard's epoch this daemon settled in
+        if shards is not None:
+            shards.know(first.uid, first.identity.stack_name)
         while not stopped:
             ref = PoolRef.from_body(body, logger)  # the daemon's body is kept up to date
+            if shards is not None and not shards.serves(ref.uid):
+                await _sleep(stopped, shards.served_event(ref.uid), settings.lease_duration / 3)
+                continue
+            epoch = shards.epoch(ref.uid) if shards is not None else 0
+            if served != epoch:  # served from now on (at start, or the shard came here again)
+                served, settle = epoch, shards is not None
             pool = reconciler.pool(ref)
             backing_off = not_before - time.monotonic()
+            if settle:
+                if backing_off > 0:
+                    await _sleep(stopped, pool.wake, backing_off)
+                    continue
+                try:
+                    await reconciler.converge(ref)  # no up when the stack applied this spec
+                    settle, failures, not_before = False, 0, 0.0
+                except PoolProblem as problem:
+                    settle = not problem.permanent
+                    failures += 1
+                    not_before = time.monotonic() + settings.backoff(failures - 1)
+                continue
             wait = max(reconciler.refresh_due_in(ref), backing_off)
             urgent = pool.gone_slots or pool.noticed
             if not (urgent and backing_off <= 0) and wait > 0:
@@ -77,6 +128,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
                     await reconciler.replace_gone(ref)
                 else:
                     await reconciler.check_reclaims(ref)
+                    await reconciler.return_to_spot(ref)  # on-demand fallbacks, when due
                 failures, not_before = 0, 0.0
             except Exception as error:  # a daemon that dies stops watching: back off instead
                 if not isinstance(error, PoolProblem):
@@ -86,9 +138,10 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
 
     @kopf.on.startup(registry=registry)
     async def start_background(memo: kopf.Memo, **_: Any) -> None:
-        """The Lease first (nothing is written without it), then the fleet probe."""
-        if reconciler.lease is not None:
-            memo["lease"] = asyncio.create_task(reconciler.lease.run(), name="lease")
+        """The shards' Leases first (nothing is written without them), then the fleet probe."""
+        if shards is not None:
+            memo["shards"] = asyncio.create_task(shards.run(), name="shards")
+            await asyncio.to_thread(shards.first_step.wait, settings.lease_duration)
         if reconciler.probe is not None:
             memo["probe"] = asyncio.create_task(reconciler.probe.run(), name="fleet-probe")
         if settings.notice_port:
@@ -106,15 +159,15 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
         server = memo.get("notices")
         if isinstance(server, NoticeServer):
             await server.stop()
-        for name in ("probe", "lease"):
+        for name in ("probe", "shards"):
             task = memo.get(name)
             if isinstance(task, asyncio.Task):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         reconciler.close()
-        if reconciler.lease is not None:  # a successor need not wait for it to expire
-            await asyncio.to_thread(reconciler.lease.release)
+        if shards is not None:  # a successor need not wait for them to expire
+            await asyncio.to_thread(shards.release_all)
 
 
 async def _sleep(stopped: kopf.DaemonStopped, wake: asyncio.Event, seconds: float) -> None:
@@ -127,12 +180,16 @@ async def _sleep(stopped: kopf.DaemonStopped, wake: asyncio.Event, seconds: floa
             waiter.cancel()
 
 
-def configure(settings: kopf.OperatorSettings) -> None:
-    """kopf's bookkeeping in annotations (the status schema is ours), Events only from us."""
+def configure(settings: kopf.OperatorSettings, serves: Serves | None = None) -> None:
+    """kopf's bookkeeping in annotations (the status schema is ours), Events only from us;
+    with `serves` (shards), written only for the pools this replica serves."""
     settings.persistence.finalizer = f"{PREFIX}/finalizer"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=PREFIX, key="last-handled-configuration"
+    everything: Serves = lambda uid: True  # noqa: E731
+    settings.persistence.progress_storage = ServedProgressStorage(
+        serves or everything, prefix=PREFIX
+    )
+    settings.persistence.diffbase_storage = ServedDiffBaseStorage(
+        serves or everything, prefix=PREFIX, key="last-handled-configuration"
     )
     settings.posting.level = logging.CRITICAL  # reasons and messages are the reconciler's
     settings.watching.server_timeout = 300

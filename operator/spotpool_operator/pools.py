@@ -81,5 +81,10 @@ class PoolState:
     checks: int = 0  # reclaim checks made (every so many is a full refresh)
     gone_slots: set[int] = field(default_factory=set)  # the fleet probe saw these go
     wake: asyncio.Event = field(default_factory=asyncio.Event)  # set when gone_slots grows
+    # On-demand fallbacks: since when each slot is on-demand, since when spot stock has been
+    # seen selling without a break (the hysteresis of the way back), slots moving back now.
+    on_demand_since: dict[int, float] = field(default_factory=dict)
+    spot_seen_since: float | None = None
+    back_to_spot: set[int] = field(default_factory=set)
     # Termination notices its instances reported: slot -> (instance id, termination time).
     noticed: dict[int, tuple[str, datetime]] = field(default_factory=dict)

@@ -42,6 +42,7 @@ class Reclaims(PoolWork):
                 f"the cloud reclaimed {len(gone)} instance(s): {names}; replacing",
             )
             ref.logger.warning("reclaimed: %s", names)
+            self.note_reclaimed(pool, gone)
             pool.status = render.reclaimed(pool.status, gone, self.clock())
             pool.replace_pending, pool.reclaimed_at = True, seen_at
             config = self._config(ref, spec)
@@ -127,6 +128,7 @@ class Reclaims(PoolWork):
         self._post_recovered(ref, result)
         status = render.refreshed(pool.status, result, started, self.clock())
         if result.gone_slots:
+            self.note_reclaimed(pool, result.gone_slots)
             gone = ", ".join(
                 f"slot {slot} ({before.get(slot, 'unknown instance')})"
                 for slot in result.gone_slots

@@ -7,9 +7,10 @@ from spotpool_operator.deletion import Deletion
 from spotpool_operator.engine_runner import CloudLookup, EngineFactory, PoolEngine
 from spotpool_operator.notices import Notices
 from spotpool_operator.reclaims import Reclaims
+from spotpool_operator.spot_return import SpotReturn
 
 __all__ = ["CloudLookup", "EngineFactory", "PoolEngine", "Reconciler"]
 
 
-class Reconciler(Converging, Reclaims, Notices, Deletion):
+class Reconciler(Converging, Reclaims, Notices, Deletion, SpotReturn):
     """What the kopf handlers call."""

@@ -3,24 +3,28 @@
 import logging
 import os
 import socket
+from collections.abc import Callable
+from functools import partial
 
 import kopf
 
+from spotpool.api.stackconfig import PoolIdentity
 from spotpool.engine import cloud
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.ownership import Writer
 from spotpool.engine.processes import kill_runs
 from spotpool.engine.ratelimit import BUCKETS
-from spotpool.engine.stack import PoolStack
+from spotpool.engine.stack import PoolStack, forget_stack
 from spotpool_operator import handlers
+from spotpool_operator.capacity import Capacity, CapacitySettings, stock_lister
 from spotpool_operator.cloudcheck import cloud_lookup
 from spotpool_operator.events import KopfEvents
 from spotpool_operator.fleet import FleetProbe
 from spotpool_operator.kube import KubeCluster
-from spotpool_operator.lease import OperatorLease
 from spotpool_operator.metrics import Metrics
 from spotpool_operator.reconciler import Reconciler
 from spotpool_operator.settings import OperatorSettings
+from spotpool_operator.shards import ShardLeases
 
 log = logging.getLogger("spotpool_operator")
 
@@ -43,32 +47,47 @@ def run(settings: OperatorSettings) -> None:
     if settings.metrics_port:
         metrics.serve(settings.metrics_host, settings.metrics_port)
     cluster = KubeCluster()
-    lease = None
+    host, pid = socket.gethostname(), os.getpid()
+    shards = None
     if settings.lease_namespace:
-        lease = OperatorLease(
+        shards = ShardLeases(
             cluster.coordination(),
             settings.lease_namespace,
             settings.lease_name,
+            settings.shards,
             duration=settings.lease_duration,
+            registry=metrics.registry,
         )
-        lease.on_lost.append(lambda: log.warning("killed runs: %s", kill_runs()))
-    settings.engine.writer = Writer(socket.gethostname(), os.getpid(), lease)
+    settings.engine.writer = Writer(host, pid, None)  # each pool's engine: its shard's Lease
+
+    def engine(
+        pool: PoolIdentity, credentials: Credentials, region: str, progress: Callable[[str], None]
+    ) -> PoolStack:
+        engine_settings = settings.engine
+        if shards is not None:  # locks are broken for the earlier holders of the pool's shard
+            writer = Writer(host, pid, shards.view(pool.uid))
+            engine_settings = engine_settings.model_copy(update={"writer": writer})
+        return PoolStack(pool, engine_settings, credentials, region, progress)
+
     reconciler = Reconciler(
         settings=settings,
         cluster=cluster,
         events=KopfEvents(),
         metrics=metrics,
-        engine_factory=lambda pool, credentials, region, progress: PoolStack(
-            pool, settings.engine, credentials, region, progress
-        ),
+        engine_factory=engine,
         cloud_lookup=cloud_lookup(settings.engine.cloud_endpoint),
         probe=probe,
-        lease=lease,
+        shards=shards,
+        capacity=Capacity(
+            stock_lister(endpoint), CapacitySettings(avoid_seconds=settings.avoid_seconds)
+        ),
     )
     registry = kopf.OperatorRegistry()
     handlers.register(registry, reconciler)
     kopf_settings = kopf.OperatorSettings()
-    handlers.configure(kopf_settings)
+    handlers.configure(kopf_settings, shards.serves if shards is not None else None)
+    if shards is not None:
+        _stop_shards_work(shards, reconciler, settings)
     where = "all namespaces" if settings.all_namespaces else ", ".join(settings.namespaces)
     log.info(
         "serving Spotpools in %s; backend %s; cloud %s; %d operation(s) at once",
@@ -88,3 +107,30 @@ def run(settings: OperatorSettings) -> None:
         )
     finally:
         reconciler.close()
+
+
+def _stop_shards_work(
+    shards: ShardLeases, reconciler: Reconciler, settings: OperatorSettings
+) -> None:
+    """A shard lost or given up: kill its stacks' runs (plugins too) and forget its pools; the
+    replica count changed: take this replica's share of each account's operations and API
+    rates."""
+
+    def stop(shard: int, uids: list[str]) -> None:  # in the Leases' thread
+        killed = []
+        for uid in uids:
+            stack = shards.stack_of(uid)
+            if stack:
+                killed += kill_runs(stack)
+                forget_stack(stack)  # another replica writes it now: nothing cached holds
+        if killed:
+            log.warning("shard %d: killed runs %s", shard, killed)
+        shards.call_soon(partial(reconciler.drop, uids))
+
+    def replicas(count: int) -> None:  # in the event loop
+        reconciler.replicas_changed(count)
+        limits = settings.rate_limits
+        BUCKETS.configure(limits.model_copy(update={"share": limits.share / max(1, count)}))
+
+    shards.on_stop.append(stop)
+    shards.on_replicas.append(replicas)

@@ -27,6 +27,12 @@ class OperatorSettings(BaseModel):
         default_factory=ProbeSettings,
         description="The fleet probe's API budget (budget 0 turns it off).",
     )
+    avoid_seconds: float = Field(
+        180.0,
+        ge=0,
+        description="After a reclaim or a no-stock answer, avoid that zone x instance type "
+        "for this long when placing new instances (Karpenter's three minutes).",
+    )
     rate_limits: RateLimits = Field(
         default_factory=RateLimits, description="Tencent Cloud API calls a second per action."
     )
@@ -35,6 +41,19 @@ class OperatorSettings(BaseModel):
         None, description="Namespace of the Lease; None: no Lease (running by hand)."
     )
     lease_duration: float = Field(30.0, ge=5, description="Seconds a Lease lasts unrenewed.")
+    shards: int = Field(
+        16,
+        ge=1,
+        le=1024,
+        description="Shards the pools hash onto, each a Lease held by one replica "
+        "(1: the single Lease named lease_name, as before shards).",
+    )
+    max_concurrent_per_account: int = Field(
+        8,
+        ge=0,
+        description="Engine operations at once on one cloud account across all replicas "
+        "(each replica takes its share); 0: no bound beyond max_concurrent.",
+    )
     backoff_base: float = Field(10.0, gt=0, description="First retry delay after a failure.")
     backoff_max: float = Field(300.0, gt=0, description="Longest retry delay after failures.")
     metrics_host: str = Field("127.0.0.1", description="Address of the metrics and health port.")
@@ -68,6 +87,12 @@ class OperatorSettings(BaseModel):
         if not self.liveness_port:
             return None
         return f"http://{self.metrics_host}:{self.liveness_port}/healthz"
+
+    def account_share(self, replicas: int) -> int | None:
+        """This replica's bound on one account's operations when `replicas` share the work."""
+        if not self.max_concurrent_per_account:
+            return None
+        return max(1, self.max_concurrent_per_account // max(1, replicas))
 
     def backoff(self, retry: int) -> float:
         """Delay before retry number `retry` (0 for the first): doubling, capped."""

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from spotpool.api.spec import ChargeType
 from spotpool.api.status import (
     Condition,
     Instance,
@@ -125,9 +126,14 @@ def _instances(outputs: list[SlotOutput]) -> list[Instance]:
             instance_type=item.instance_type,
             state=item.state,
             slot=item.slot,
+            charge_type=item.charge_type,
         )
         for item in sorted(outputs, key=lambda item: item.slot)
     ]
+
+
+def _on_demand(instances: list[Instance]) -> int:
+    return sum(1 for i in instances if i.charge_type == ChargeType.POSTPAID_BY_HOUR)
 
 
 def _operation(
@@ -147,6 +153,7 @@ def with_instances(status: SpotpoolStatus, outputs: list[SlotOutput]) -> Spotpoo
             "instances": instances,
             "size": len(instances),
             "ready_replicas": sum(1 for i in instances if i.state == RUNNING),
+            "on_demand_replicas": _on_demand(instances),
         }
     )
 
@@ -197,6 +204,7 @@ def reclaimed(status: SpotpoolStatus, gone_slots: set[int], now: datetime) -> Sp
             "instances": left,
             "size": len(left),
             "ready_replicas": sum(1 for i in left if i.state == RUNNING),
+            "on_demand_replicas": _on_demand(left),
         }
     )
     return _counted_reclaims(status, len(gone_slots), now)

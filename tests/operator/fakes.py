@@ -79,7 +79,11 @@ class FakeEngine:
         ]
 
     def up(
-        self, config: StackConfig, login_password: str | None = None, refresh: bool = False
+        self,
+        config: StackConfig,
+        login_password: str | None = None,
+        refresh: bool = False,
+        replan: object = None,
     ) -> OperationResult:
         if refresh:  # the gone instances leave the state first, as a real refresh does
             for slot in [s for s, i in self.known.items() if i in self.cloud.reclaimed]:
@@ -119,7 +123,11 @@ class FakeEngine:
         return self.cloud.applied.get(self.name)
 
     def replace_slots(
-        self, config: StackConfig, slots: list[int], login_password: str | None = None
+        self,
+        config: StackConfig,
+        slots: list[int],
+        login_password: str | None = None,
+        replan: object = None,
     ) -> OperationResult:
         """Like the real one: the gone slots leave the state, then an up fills them."""
         self.cloud.calls.append(("replace_slots", self.name))

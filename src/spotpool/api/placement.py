@@ -73,6 +73,10 @@ class Slot:
     instance_type: str
     charge_type: ChargeType
 
+    @property
+    def key(self) -> "Key":
+        return (self.zone, self.instance_type, self.charge_type)
+
 
 @dataclass(frozen=True)
 class Avoided:
