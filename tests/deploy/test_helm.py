@@ -2,6 +2,7 @@
 exactly the objects `render` gives for the same settings (the real helm, no cluster)."""
 
 import json
+import random
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,44 @@ def test_helm_template_gives_what_render_gives(name: str, tmp_path: Path) -> Non
     assert sorted(templated) == sorted(rendered)
     for key, obj in rendered.items():
         assert templated[key] == obj, key
+
+
+def _random_configs(count: int) -> list[InstallConfig]:
+    """Valid installs with every setting that changes the objects' structure drawn at random
+    (the generator templates each object over the settings it depends on: this checks that it
+    found them all, in combinations the hand-picked configs do not cover)."""
+    structural = [s for s in helm.settings() if s.structural and s.path not in helm.FIXED]
+    configs: list[InstallConfig] = []
+    rng = random.Random(15)
+    while len(configs) < count:
+        values: dict[str, Any] = {"replicas": rng.choice([1, 3])}
+        for setting in structural:
+            if rng.random() < 0.5:
+                continue
+            on: Any = {
+                "bool": not rng.random() < 0.5,
+                "list": ["team-a", "team-b"][: rng.randint(1, 2)],
+            }
+            value = on.get(setting.kind, 9 if setting.int_inner else f"v{len(configs)}")
+            target = values
+            for part in setting.path[:-1]:
+                target = target.setdefault(part, {})
+            target[setting.path[-1]] = value
+        try:
+            configs.append(InstallConfig.model_validate(values))
+        except ValidationError:
+            continue  # a combination the model refuses (e.g. 3 replicas on a file:// backend)
+    return configs
+
+
+@pytest.mark.parametrize("config", _random_configs(10), ids=lambda c: "random")
+def test_helm_template_gives_what_render_gives_for_random_combinations(
+    config: InstallConfig, tmp_path: Path
+) -> None:
+    config = config.model_copy(update={"create_namespace": False})
+    rendered = {identity(obj): obj for obj in render(config)}
+    templated = {identity(obj): obj for obj in _helm_template(config, tmp_path)}
+    assert templated == rendered
 
 
 INVALID = {
