@@ -1,0 +1,107 @@
+"""Termination notices end to end (real kube-apiserver, operator process, Pulumi engine,
+emulator, one `spotpool notice-agent` per emulated instance): a notice leads to the slot's
+replacement RUNNING before the cloud takes the old instance, and the pool ends at its size
+with nothing leaked."""
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from spotpool.localworld.agents import NoticeAgents
+from spotpool.localworld.emulator import free_port
+from spotpool.localworld.kube import Kube
+from tests.conftest import require_tool
+from tests.emulator.harness import start_emulator
+from tests.operator.world import OperatorWorld, pool_manifest
+
+pytestmark = pytest.mark.e2e
+BOOT, NOTICE = 2.0, 45.0
+
+
+@pytest.fixture
+def world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorWorld]:
+    require_tool("pulumi")
+    require_tool("pulumi-resource-tencentcloud")
+    directory = tmp_path_factory.mktemp("notices")
+    (directory / "backend").mkdir()
+    emulator = start_emulator(
+        directory / "cloud.db", directory / "emulator.log", boot_seconds=BOOT,
+        reclaim_notice_seconds=NOTICE,
+    )  # fmt: skip
+    operator = OperatorWorld(
+        kube, emulator, directory, refresh_seconds=60, namespace_prefix="notice-",
+        env={"SPOTPOOL_NOTICE_PORT": str(free_port())},
+    )  # fmt: skip
+    try:
+        operator.start()
+        yield operator
+    finally:
+        operator.stop()
+        for namespace in operator.namespaces:
+            kube.run("delete", "namespace", namespace, "--wait=false")
+        emulator.stop()
+
+
+def _when(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _by_slot(status: dict[str, Any]) -> dict[int, str]:
+    return {int(i["slot"]): str(i["instanceId"]) for i in status.get("instances") or []}
+
+
+def test_a_notice_replaces_the_instance_before_the_cloud_takes_it(world: OperatorWorld) -> None:
+    ns = world.namespace()
+    world.apply(ns, pool_manifest("gpu", replicas=2, refreshInterval="60s"))
+    pool = world.wait_ready(ns, "gpu", 2)
+    uid = pool["metadata"]["uid"]
+    first = _by_slot(pool["status"])
+    agents = NoticeAgents(world.emulator, "ap-singapore", world.directory / "agents")
+    try:
+        assert sorted(agents.boot(uid)) == sorted(first.values())  # user data installs them
+        slot, victim = 0, first[0]
+        world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [victim]})
+
+        def surging() -> dict[str, Any] | None:
+            agents.boot(uid)  # the surge instance boots its agent too
+            status = world.status(ns, "gpu")
+            return status if status.get("surges") else None
+
+        status = world.wait_until(surging, "the surge instance", timeout=NOTICE)
+        (surge,) = status["surges"]
+        assert surge["slot"] == slot and surge["replacing"] == victim
+        assert surge["terminationTime"]
+        assert status["notices"]["total"] == 1
+        assert status["phase"] == "Ready" and status["readyReplicas"] == 2
+
+        def promoted() -> dict[str, Any] | None:
+            status = world.status(ns, "gpu")
+            done = (
+                _by_slot(status) == {slot: surge["instanceId"], 1: first[1]}
+                and not status.get("surges")
+                and status.get("readyReplicas") == 2
+            )
+            return status if done else None
+
+        status = world.wait_until(promoted, "the promotion", timeout=NOTICE + 60)
+        assert agents.exit_codes()[victim] == 0  # it reported, then exited
+    finally:
+        agents.stop()
+
+    # The emulator's timeline: the replacement ran before the old instance was taken.
+    cloud = {
+        i["InstanceId"]: i
+        for i in world.emulator.all_instances()
+        if {"Key": "spotpool-pool-uid", "Value": uid} in (i.get("Tags") or [])
+    }
+    replacement, old = cloud[surge["instanceId"]], cloud[victim]
+    running_from = _when(replacement["CreatedTime"]) + BOOT
+    assert running_from < _when(old["SpotTerminationTime"])
+    assert old["Gone"] and old["GoneReason"] == "reclaimed"
+    # The pool ends at its size, with nothing leaked and nothing made twice.
+    assert sorted(world.cloud(uid)) == sorted(_by_slot(status).values())
+    assert len(cloud) == 3
+    reasons = world.reasons(ns, "gpu")
+    assert {"TerminationNotice", "Surging", "Reclaimed"} <= set(reasons)
