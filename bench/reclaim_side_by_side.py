@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from pydantic import SecretStr  # noqa: E402
 from tencentcloud.cvm.v20170312 import models  # noqa: E402
 
+from bench.plots import latency_cdf  # noqa: E402
 from spotpool.engine import cloud  # noqa: E402
 from spotpool.engine.credentials import Credentials  # noqa: E402
 from spotpool.localworld.emulator import (  # noqa: E402
@@ -149,32 +150,6 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
-def plot(samples: dict[str, list[float]], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4), dpi=110)
-    for name, values in samples.items():
-        ordered = sorted(values)
-        shares = [(n + 1) / len(ordered) for n in range(len(ordered))]
-        axes.step(
-            ordered, shares, where="post", label=f"{name} (p50 {statistics.median(ordered):.1f} s)"
-        )
-    axes.set_xlabel("reclaim → replacement RUNNING (s)")
-    axes.set_ylabel("share of reclaims")
-    axes.set_ylim(0, 1.02)
-    axes.set_xlim(left=0)
-    axes.grid(alpha=0.3)
-    axes.legend(loc="lower right")
-    axes.set_title(title, fontsize=9)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
-    plt.close(figure)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=12)
@@ -186,7 +161,8 @@ def main() -> None:
     parser.add_argument("--png", type=Path, default=ROOT / "docs" / "reclaim-side-by-side.png")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores")
+    load_before = os.getloadavg()[0]
+    print(f"load average before: {load_before:.2f}; {os.cpu_count()} cores")
     with (
         tempfile.TemporaryDirectory(prefix="spotpool-bench-") as tmp,
         local_world(
@@ -244,9 +220,10 @@ def main() -> None:
     )
     title = (
         f"{args.rounds} reclaims, pool of {args.size}, interval {args.interval:g} s, "
-        f"boot {args.boot:g} s, notice {args.notice:g} s; {os.cpu_count()} cores"
+        f"boot {args.boot:g} s, notice {args.notice:g} s; {os.cpu_count()} cores, "
+        f"load {load_before:.1f} before / {os.getloadavg()[0]:.1f} after"
     )
-    plot(latency, args.png, title)
+    latency_cdf(latency, args.png, title)
     print(f"  plot: {args.png}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
