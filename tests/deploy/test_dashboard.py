@@ -151,7 +151,7 @@ def test_bad_monitoring_settings_say_what_to_fix() -> None:
         InstallConfig.model_validate({"monitoring": {"scrapeInterval": "0s"}})
     with pytest.raises(ValidationError, match="not a Kubernetes name"):
         InstallConfig.model_validate({"monitoring": {"dashboardNamespace": "Monitoring"}})
-    with pytest.raises(ValidationError, match="serviceMonitor needs metrics.service"):
+    with pytest.raises(ValidationError, match=r"serviceMonitor needs metrics\.service"):
         InstallConfig.model_validate(
             {"monitoring": {"serviceMonitor": True}, "metrics": {"service": False}}
         )
