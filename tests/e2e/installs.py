@@ -1,18 +1,14 @@
 """Helpers for the install tests: a fresh cluster, the rendered objects, checks on them.
 
-The local cluster runs kube-apiserver alone. Two controllers of kube-controller-manager take
-part in deleting an install: the namespace controller (empties a Terminating namespace, then
-finalizes it) and the PVC-protection controller (drops `kubernetes.io/pvc-protection` once no
-pod uses the claim). `ControllerStandIn` does exactly those two steps, nothing else.
+The local cluster runs kube-controller-manager, so deleting an install goes as in any cluster:
+the namespace controller empties and finalizes a Terminating namespace, the PVC-protection
+controller releases the claim, the garbage collector removes what a foreground deletion owns.
 """
 
 import json
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +80,7 @@ def assert_installed(kube: Kube, wanted: list[dict[str, Any]]) -> None:
         assert not problems, f"{' '.join(_args(obj))}: {problems}"
 
 
-def wait_gone(kube: Kube, wanted: list[dict[str, Any]], timeout: float = 60) -> None:
+def wait_gone(kube: Kube, wanted: list[dict[str, Any]], timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     left = wanted
     while left and time.monotonic() < deadline:
@@ -123,56 +119,3 @@ def kubeconfig_for(kube: Kube, namespace: str, account: str, path: Path) -> Path
     path.write_text(yaml.safe_dump(admin))
     path.chmod(0o600)
     return path
-
-
-@contextmanager
-def controller_stand_in(kube: Kube, namespaces: set[str]) -> Iterator[None]:
-    """While deleting: finalize `namespaces` once Terminating, release deleted claims."""
-    stop = threading.Event()
-
-    def work() -> None:
-        while not stop.wait(0.3):
-            for ns in namespaces:
-                try:
-                    # Claims first: once the namespace is gone the API server refuses to patch
-                    # anything left in it, so a claim deleted after that would stay forever.
-                    if _release_claims(kube, ns) == 0:
-                        _finalize_namespace(kube, ns)
-                except (subprocess.SubprocessError, ValueError, KeyError) as error:
-                    print(f"controller stand-in: {error!r}")  # next tick retries
-
-    thread = threading.Thread(target=work, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=10)
-
-
-def _release_claims(kube: Kube, namespace: str) -> int:
-    """Drop the protection finalizer of deleted claims; how many claims are still there."""
-    result = kube.run("-n", namespace, "get", "pvc", "-o", "json")
-    if result.returncode != 0:
-        return -1
-    claims = json.loads(result.stdout)["items"]
-    for claim in claims:
-        if claim["metadata"].get("deletionTimestamp"):
-            patch = json.dumps({"metadata": {"finalizers": None}})
-            name = claim["metadata"]["name"]
-            kube.run("-n", namespace, "patch", "pvc", name, "--type=merge", "-p", patch)
-    return len(claims)
-
-
-def _finalize_namespace(kube: Kube, namespace: str) -> None:
-    result = kube.run("get", "namespace", namespace, "-o", "json")
-    if result.returncode != 0:
-        return
-    body = json.loads(result.stdout)
-    if not body["metadata"].get("deletionTimestamp"):
-        return
-    body["spec"]["finalizers"] = []
-    kube.run(
-        "replace", "--raw", f"/api/v1/namespaces/{namespace}/finalize", "-f", "-",
-        stdin=json.dumps(body),
-    )  # fmt: skip

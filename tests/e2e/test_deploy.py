@@ -3,11 +3,13 @@ apply, every object is stored as configured, the service account may do what the
 does and nothing more, the operator runs with only those rights, and deleting removes it all.
 
 A cluster of its own: deleting an install deletes the Spotpool CRD, which the session cluster's
-other tests need. No kubelet runs, so no pod ever starts: nothing waits for one; the operator
-runs as a process the way its pod would run it (pod.py).
+other tests need. Its kube-controller-manager makes the Deployment's ReplicaSet and pod, but no
+kubelet runs, so the pod never starts: nothing waits for one; the operator runs as a process the
+way its pod would run it (pod.py).
 """
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -44,11 +46,10 @@ def _namespaces(kube: Kube, *names: str) -> None:
             kube.ok("create", "namespace", name)
 
 
-def _delete(kube: Kube, directory: Path, namespace: str) -> None:
+def _delete(kube: Kube, directory: Path) -> None:
     wanted = installs.objects(directory)
-    with installs.controller_stand_in(kube, {namespace}):
-        kube.ok("delete", "-k", str(directory), "--wait=false")
-        installs.wait_gone(kube, wanted)
+    kube.ok("delete", "-k", str(directory), "--wait=false")
+    installs.wait_gone(kube, wanted)
 
 
 def test_the_kustomization_installs_everything_as_configured_and_deletes_cleanly(
@@ -79,12 +80,13 @@ def test_the_kustomization_installs_everything_as_configured_and_deletes_cleanly
         assert installs.can(cluster, account, verb, CRDS)
     _nothing_more(cluster, account, "team-a", set())
     assert not installs.can(cluster, account, "list", "namespaces")  # kopf: not cluster-wide
-    for verb in ("get", "create", "update"):  # the Lease naming the writer, its namespace only
+    for verb in ("get", "list", "create", "update", "delete"):  # shard and member Leases,
         assert installs.can(cluster, account, verb, LEASES, "-n", "spotpool-system"), verb
-    assert not installs.can(cluster, account, "delete", LEASES, "-n", "spotpool-system")
+    assert not installs.can(cluster, account, "patch", LEASES, "-n", "spotpool-system")
+    assert not installs.can(cluster, account, "list", LEASES, "-n", "team-a")  # its ns only
     assert not installs.can(cluster, account, "get", LEASES, "--all-namespaces")
 
-    _delete(cluster, installs.KUSTOMIZE, "spotpool-system")
+    _delete(cluster, installs.KUSTOMIZE)
     assert cluster.run("get", "crd", POOLS).returncode != 0
 
 
@@ -136,14 +138,14 @@ def test_an_install_for_some_namespaces_grants_rights_only_there(
     for ns in ("other", "default", "kube-system", "pools-system"):  # its own namespace too
         for verb, resource in (("get", "secrets"), ("list", POOLS), ("create", "events")):
             assert not installs.can(cluster, account, verb, resource, "-n", ns), (verb, ns)
-        lease = {(LEASES, "get create update")} if ns == "pools-system" else set()
+        lease = {(LEASES, "get list create update delete")} if ns == "pools-system" else set()
         assert installs.granted(cluster, account, ns) == {
             (CRDS, "get list watch"), NAMESPACES, *lease,
         }  # fmt: skip
     assert not installs.can(cluster, account, "list", POOLS, "--all-namespaces")
     assert not installs.can(cluster, account, "get", "secrets", "--all-namespaces")
 
-    _delete(cluster, directory, "pools-system")
+    _delete(cluster, directory)
     assert cluster.run("get", "namespace", "team-a").returncode == 0  # not the install's
 
 
@@ -259,34 +261,63 @@ def test_the_operator_runs_with_nothing_but_its_accounts_rights(
         emulator.stop()
         cluster.run("-n", "team-a", "patch", POOLS, "gpu", "--type=merge",
                     "-p", '{"metadata":{"finalizers":null}}')  # fmt: skip
-        _delete(cluster, directory, "spotpool-system")
+        _delete(cluster, directory)
 
 
-@pytest.mark.kubernetes_plugin
-def test_pulumi_up_of_the_deploy_program_installs_it_and_destroy_removes_it(
+def test_the_deploy_program_creates_what_the_kustomization_does_updates_and_destroys(
     cluster: Kube, tmp_path: Path
 ) -> None:
-    """The Pulumi program, inline through the Automation API, against the same cluster."""
+    """The Pulumi program (pulumi-kubernetes, inline through the Automation API) against the
+    same cluster: `up` creates exactly the kustomization's objects, as configured; an `up` with
+    other settings moves the Role to the newly watched namespace; `destroy` removes it all
+    (foreground deletion: the controller manager's garbage collector)."""
     require_tool("pulumi")
     require_tool("pulumi-resource-kubernetes")
-    directory = installs.render(tmp_path / "k", "--watch-namespace", "team-a")
-    wanted = installs.objects(directory)
-    _namespaces(cluster, "team-a")
-    stack = [
-        sys.executable, "-m", "spotpool_deploy", "run", "--stack", "e2e",
-        "--state", f"file://{tmp_path / 'state'}", "--kubeconfig", str(cluster.kubeconfig),
-        "--skip-await", "--watch-namespace", "team-a",
-    ]  # fmt: skip
+    _namespaces(cluster, "team-a", "team-b")
+    state = tmp_path / "state"
 
-    def pulumi(operation: str) -> None:
+    def pulumi(operation: str, watch: str) -> None:
         done = subprocess.run(
-            [*stack[:4], operation, *stack[4:]],
+            [sys.executable, "-m", "spotpool_deploy", "run", operation, "--stack", "e2e",
+             "--state", f"file://{state}", "--kubeconfig", str(cluster.kubeconfig),
+             "--skip-await", "--watch-namespace", watch],
             cwd=installs.DEPLOY, capture_output=True, text=True, timeout=600,
+            env={**os.environ, "PULUMI_CONFIG_PASSPHRASE": "deploy-e2e"},
         )  # fmt: skip
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
 
-    pulumi("up")
-    installs.assert_installed(cluster, wanted)
-    with installs.controller_stand_in(cluster, {"spotpool-system"}):
-        pulumi("destroy")
-    installs.wait_gone(cluster, wanted)
+    def in_stack() -> set[tuple[str, str, str]]:
+        exported = subprocess.run(
+            [str(require_tool("pulumi")), "stack", "export", "--stack", "e2e"],
+            cwd=installs.DEPLOY, capture_output=True, text=True, timeout=120,
+            env={**os.environ, "PULUMI_BACKEND_URL": f"file://{state}",
+                 "PULUMI_CONFIG_PASSPHRASE": "deploy-e2e", "PULUMI_SKIP_UPDATE_CHECK": "true"},
+        )  # fmt: skip
+        assert exported.returncode == 0, exported.stderr
+        resources = json.loads(exported.stdout)["deployment"].get("resources", [])
+        return {_key(r["outputs"]) for r in resources if r["type"].startswith("kubernetes:")}
+
+    first = installs.objects(installs.render(tmp_path / "a", "--watch-namespace", "team-a"))
+    pulumi("up", "team-a")
+    assert in_stack() == {_key(obj) for obj in first}
+    installs.assert_installed(cluster, first)
+
+    second = installs.objects(installs.render(tmp_path / "b", "--watch-namespace", "team-b"))
+    pulumi("up", "team-b")
+    assert in_stack() == {_key(obj) for obj in second}
+    installs.assert_installed(cluster, second)
+    moved = [obj for obj in first if _key(obj) not in {_key(o) for o in second}]
+    assert sorted(_key(obj) for obj in moved) == [
+        ("Role", "team-a", "spotpool-operator"),
+        ("RoleBinding", "team-a", "spotpool-operator"),
+    ]
+    installs.wait_gone(cluster, moved)
+
+    pulumi("destroy", "team-b")
+    assert in_stack() == set()
+    installs.wait_gone(cluster, second)
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str, str]:
+    meta = obj["metadata"]
+    return (obj["kind"], meta.get("namespace", ""), meta["name"])
