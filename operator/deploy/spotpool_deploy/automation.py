@@ -1,7 +1,7 @@
 """Run the install program inline through the Automation API, with the pinned Pulumi CLI.
 
-Inline means no Python language host is needed (this workplace has none); the kubernetes
-resource plugin (pulumi-resource-kubernetes) still is, as for any pulumi-kubernetes program.
+Inline means no Python language host is needed; the kubernetes resource plugin
+(pulumi-resource-kubernetes) still is, as for any pulumi-kubernetes program.
 """
 
 import os
