@@ -103,3 +103,23 @@ def test_full_up_promotes_a_surge_whose_slot_left_the_state(world: EngineWorld) 
     assert [i.instance_id for i in result.instances] == [surge.instance_id]
     assert result.changes.create == 0
     assert _state_names(world, stack) == {"gpu-slot-0": surge.instance_id}
+
+
+def test_surge_keeps_its_slots_placement_whatever_the_new_plan(world: EngineWorld) -> None:
+    """Placement may send a gone slot elsewhere; a surge instance is made, and promoted, with
+    its slot's own zone, or the promotion would replace it."""
+    stack = world.pool()
+    base = _config(world, stack, 1)
+    placed = base.model_copy(update={"slot_zones": {0: "ap-singapore-3"}})
+    first = stack.up(placed).instances[0]
+    assert first.zone == "ap-singapore-3"
+    (surge,) = stack.start_surge(base, [0]).surges  # the operator's plain config
+    assert surge.zone == "ap-singapore-3"
+    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first.instance_id]})
+    wait_until(lambda: first.instance_id not in world.cloud_instances(stack), "reclaim", 30)
+    elsewhere = base.model_copy(update={"slot_zones": {0: "ap-singapore-2"}})
+    promoted = stack.replace_slots(elsewhere, [0])
+    assert [(i.instance_id, i.zone) for i in promoted.instances] == [
+        (surge.instance_id, "ap-singapore-3")
+    ]
+    assert promoted.changes.create == promoted.changes.replace == 0

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pulumi import automation as auto
 
@@ -46,6 +46,7 @@ from spotpool.engine.settings import EngineSettings
 
 __all__ = ["EngineError", "OperationTimeout", "PoolStack", "StackLockedError"]
 SLOT_TYPE = "tencentcloud:Instance/instance:Instance"
+T = TypeVar("T")
 # Where slots the cloud had no stock for go next (None: nowhere); the default tries the next type.
 Replan = Callable[[StackConfig, list[int]], StackConfig | None]
 _stack_locks: dict[str, threading.Lock] = {}
@@ -143,6 +144,7 @@ class PoolStack:
             config = _carried_over(config, state, owned)
             surging = _ids_by_surge(state)
             surge, promote = surge_plan(set(owned), set(surging), config.count)
+            config = _pinned(config, _previous_config(state), promote)
             orphans = recovery.sweep_orphans(
                 self, config, owned, cap=config.count, dead_run_slots=self._dead_run_slots,
                 held=frozenset(surging.values()),
@@ -182,8 +184,9 @@ class PoolStack:
         if known is None or len(urns) != len(slots) or not known.repaired or not known.config:
             return self.up(config, login_password, refresh=True, replan=replan)  # gone ones leave
         promote = sorted(s for s in slots if s in known.surges and s < config.count)
-        with self._operation(OperationKind.UP, light=True) as (stack, result, _):
+        with self._operation(OperationKind.UP, light=not promote) as (stack, result, state):
             if promote:  # the slot's instance is going: its surge instance takes the slot
+                config = _pinned(config, _previous_config(state), promote)
                 self._forget_resources(stack, [known.urns[s] for s in promote])
             surge = sorted(s for s in known.surges if s not in promote and s < config.count)
             while True:
@@ -213,9 +216,10 @@ class PoolStack:
         one targeted `up` that creates a surge instance beside each slot's instance, which
         keeps running until the cloud takes it; `replace_slots` then promotes the surge
         instance into the slot."""
-        with self._operation(OperationKind.UP, light=True) as (stack, result, _):
+        with self._operation(OperationKind.UP) as (stack, result, state):
             known = self._known()
             slots = sorted(s for s in slots if s in known.urns and s < config.count)
+            config = _pinned(config, _previous_config(state), slots)
             surge = sorted({*slots, *(s for s in known.surges if s < config.count)})
             self._set_config(stack, config, login_password, surge=surge, promote=[])
             reply = stack.up(
@@ -632,6 +636,26 @@ def _carried_over(
     if previous is None:
         return config
     return config.keeping_fallbacks(previous, set(owned)).keeping_adopted(previous, owned)
+
+
+def _pinned(config: StackConfig, previous: StackConfig | None, slots: list[int]) -> StackConfig:
+    """`config` with `slots` placed exactly where `previous` had them (type, zone, charge): a
+    surge instance is made, and promoted, with its slot's inputs, or the promotion would
+    replace it."""
+    if previous is None or not slots:
+        return config
+
+    def pin(mine: Mapping[int, T], theirs: Mapping[int, T]) -> dict[int, T]:
+        kept = {slot: value for slot, value in mine.items() if slot not in slots}
+        return {**kept, **{slot: theirs[slot] for slot in slots if slot in theirs}}
+
+    return config.model_copy(
+        update={
+            "slot_types": pin(config.slot_types, previous.slot_types),
+            "slot_zones": pin(config.slot_zones, previous.slot_zones),
+            "slot_charges": pin(config.slot_charges, previous.slot_charges),
+        }
+    )
 
 
 def instances_of(outputs: Mapping[str, Any], key: str = "instances") -> list[SlotOutput]:

@@ -40,11 +40,16 @@ def preview_manifests(
         if manifest.spec is None:
             entry.error = manifest.error
         else:
-            uid = NEW_POOL_UID
+            uid, notice_url = NEW_POOL_UID, None
             if stack_name in existing:
-                uid = inventory.view(settings, stack_name).uid or NEW_POOL_UID
+                view = inventory.view(settings, stack_name)
+                uid = view.uid or NEW_POOL_UID
+                # The notice endpoint is the operator's setting, not the manifest's: keep the
+                # one the stack applied, or every instance would show as replaced.
+                agent = view.config.notice_agent if view.config else None
+                notice_url = agent.url if agent else None
             pool = PoolIdentity(namespace=manifest.namespace, name=manifest.name, uid=uid)
-            config = StackConfig.from_spec(pool, manifest.spec)
+            config = StackConfig.from_spec(pool, manifest.spec, notice_url)
             _run(entry, PoolStack(pool, settings, credentials, config.region), config)
         results.append(entry)
     return results
