@@ -1,10 +1,11 @@
 """`spotpool demo`: the main job on the local world, start to finish, then a clean machine.
 
-It starts the local cloud (the emulator), the local cluster (etcd + kube-apiserver) and a file
-state backend; installs the CRD; applies the article's sample manifest changed only in its
-credentials; runs the operator; shows the pool converging; has the cloud reclaim an instance and
-shows the operator replace it; prints `kubectl get spotpools` and `pulumi stack output`; then
-deletes the pool (the operator destroys its instances) and stops everything it started.
+It starts the local cloud (the emulator), the local cluster (etcd, kube-apiserver,
+kube-controller-manager) and a file state backend; installs the CRD; applies the article's sample
+manifest changed only in its credentials; runs the operator; shows the pool converging; has the
+cloud reclaim an instance and shows the operator replace it; prints `kubectl get spotpools -o wide`
+and `pulumi stack output`; then deletes the pool (the operator destroys its instances) and stops
+everything it started.
 """
 
 import json
@@ -84,7 +85,10 @@ def _step(number: int, text: str) -> None:
 def _require_tools() -> None:
     missing = [
         name
-        for name in ("etcd", "kube-apiserver", "kubectl", "pulumi", "pulumi-resource-tencentcloud")
+        for name in (
+            *("etcd", "kube-apiserver", "kube-controller-manager", "kubectl"),
+            *("pulumi", "pulumi-resource-tencentcloud"),
+        )
         if not status(TOOLS_BY_NAME[name]).ok
     ]
     if missing:
@@ -270,7 +274,7 @@ def demo(
     with emulator(work, secret_id, secret_key) as endpoint:
         console.print(f"emulator on {endpoint} (log {work / 'emulator.log'})")
         client = _cvm(endpoint, secret_id, secret_key, "ap-singapore")
-        _step(2, "local cluster: etcd + kube-apiserver on 127.0.0.1")
+        _step(2, "local cluster: etcd + kube-apiserver + kube-controller-manager on 127.0.0.1")
         state = local.up(work / "cluster", tie_to_parent=True)
         try:
             console.print(f"kube-apiserver {state.server}; KUBECONFIG={state.kubeconfig}")
@@ -315,8 +319,8 @@ def demo(
                     f"status.reclaims: total {reclaims['total']}, last {reclaims['lastTime']}"
                 )
                 _step(6, "what a platform engineer sees: kubectl and the pulumi CLI")
-                console.print("$ kubectl get spotpools")
-                console.print(kubectl("-n", NAMESPACE, "get", "spotpools"))
+                console.print("$ kubectl get spotpools -o wide")
+                console.print(kubectl("-n", NAMESPACE, "get", "spotpools", "-o", "wide"))
                 console.print(f"$ pulumi stack output --json --stack {NAMESPACE}.{POOL}")
                 console.print(_stack_output(work, passphrase))
                 _step(7, "clean up: delete the pool (the operator destroys its instances)")
