@@ -143,9 +143,16 @@ class Capacity:
         `back_to_spot` slots (on-demand now) placed on spot, or left where they are when no
         spot offering sells. Raises NoCapacity when a slot has nowhere to go."""
         moving = set(back_to_spot)
-        staying = {s: where for s, where in live.items() if s not in moving and s < config.count}
+        staying = {
+            s: where
+            for s, where in live.items()
+            if s not in moving and s < config.count and _fits(where, config)
+        }
         where = dict(staying)
-        new = [s for s in slots if s not in staying and s < config.count]
+        # Slots to create, and live ones the spec no longer allows (a new type list, zone list
+        # or charge type): those are placed afresh, which replaces them.
+        new = sorted({*slots, *(s for s in live if s not in staying and s not in moving)})
+        new = [s for s in new if s < config.count]
         if not new and not moving:  # nothing to place: no stock look-up
             return config.placing(
                 {s: (w.zone, w.instance_type, w.charge_type) for s, w in where.items()}
@@ -204,6 +211,15 @@ def live_slots(instances: Iterable[Instance], pool_charge: ChargeType) -> dict[i
         for i in instances
         if i.slot is not None and i.zone and i.instance_type
     }
+
+
+def _fits(where: Slot, config: StackConfig) -> bool:
+    """The spec still allows this placement (an on-demand fallback counts for a spot pool)."""
+    charge_ok = where.charge_type is config.charge_type or (
+        config.charge_type is ChargeType.SPOTPAID
+        and where.charge_type is ChargeType.POSTPAID_BY_HOUR
+    )
+    return where.zone in config.zones and where.instance_type in config.instance_types and charge_ok
 
 
 def _slot_of(config: StackConfig, slot: int) -> Slot:

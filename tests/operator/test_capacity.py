@@ -135,3 +135,14 @@ def test_with_fallback_a_refused_slot_goes_on_demand_and_moving_back_never_falls
     fresh = Capacity(lister)
     back = fresh.plan(s, config(s), live, [], KEYS, "ap-singapore", back_to_spot=[0])
     assert back.charge_of(0) is SPOT and back.zone_of(0) == Z1
+
+
+def test_a_live_slot_the_spec_no_longer_allows_is_placed_afresh() -> None:
+    """instanceType changed in the spec: the live slot gets the new type (so it is replaced)."""
+    s = spec(instanceType="S5.2XLARGE16")
+    live = {0: Slot(Z1, TYPE, SPOT), 1: Slot("ap-singapore-4", "S5.2XLARGE16", SPOT)}
+
+    placed = Capacity(Stock()).plan(s, config(s), live, [], KEYS, "ap-singapore")
+
+    assert [placed.type_of(0), placed.type_of(1)] == ["S5.2XLARGE16"] * 2
+    assert placed.zone_of(1) in (Z1, Z2)  # a zone the spec lists
