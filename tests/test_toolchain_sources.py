@@ -169,3 +169,20 @@ def test_a_binary_without_a_version_flag_is_checked_by_its_build_info(
     assert status(tool).ok
     other = tool.model_copy(update={"version_in_build_info": "main.version=1.2.4"})
     assert status(other).detail == "does not report the pinned version"
+
+
+def test_a_tool_placed_beside_another_is_put_back_and_keeps_its_source(
+    cache: Path, mirror: Path
+) -> None:
+    """As the language host beside the pulumi CLI: hard links in the CLI's directory, which
+    the bin/ links resolve to; undone, the status says so and an install puts them back."""
+    tool = _tool(f"http://127.0.0.1:{_closed_port()}/hello").model_copy(update={"beside": "pulumi"})
+    install(tool, lambda _: None, mirror)
+    cli_dir = tool_dir(TOOLS_BY_NAME["pulumi"])
+    for name in ("hello", "hello-exec"):
+        assert (cli_dir / name).samefile(tool_dir(tool) / name)
+        assert (bin_dir() / name).resolve() == cli_dir / name
+    (cli_dir / "hello-exec").unlink()
+    assert status(tool).detail == "built but not beside pulumi"
+    assert install(tool, lambda _: None, mirror).source == LOCAL_SOURCE
+    assert status(tool).ok and (cli_dir / "hello-exec").exists()

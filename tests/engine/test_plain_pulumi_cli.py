@@ -98,6 +98,7 @@ def test_plain_pulumi_runs_the_program_through_the_language_host(
         "PULUMI_BACKEND_URL": world.settings.backend_url,
         "PULUMI_CONFIG_PASSPHRASE": world.settings.passphrase.get_secret_value(),
         "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_IGNORE_AMBIENT_PLUGINS": "true",  # the host beside the CLI, plugins registered
         **world.credentials.provider_env(),
         "TENCENTCLOUD_REGION": REGION,
         # The emulator is the cloud, reached as an HTTP proxy; the program's gRPC calls to the
@@ -114,6 +115,7 @@ def test_plain_pulumi_runs_the_program_through_the_language_host(
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert "warning" not in done.stdout + done.stderr, done.stdout + done.stderr
         return done.stdout
 
     pulumi("config", "refresh")

@@ -93,5 +93,8 @@ def env_command() -> None:
     print(f'export PATH="{bin_dir()}:$PATH"')
     print(f'export PULUMI_HOME="{pulumi_home()}"')
     print("export PULUMI_SKIP_UPDATE_CHECK=true")
+    # The resource plugins are registered in PULUMI_HOME; their links on PATH would only earn
+    # a "using … from $PATH" warning on every run. The language host sits beside the CLI.
+    print("export PULUMI_IGNORE_AMBIENT_PLUGINS=true")
     override = os.environ.get("SPOTPOOL_CACHE_DIR", "unset")
     print(f"# cache: {cache_root()} (SPOTPOOL_CACHE_DIR overrides it; now {override})")

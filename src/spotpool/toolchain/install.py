@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from spotpool.toolchain import gobuild
 from spotpool.toolchain.gobuild import ToolUnavailable
-from spotpool.toolchain.manifest import Tool
+from spotpool.toolchain.manifest import TOOLS_BY_NAME, Tool
 from spotpool.toolchain.paths import bin_dir, build_dir, pulumi_home, tool_dir
 
 DOWNLOAD_TIMEOUT_SECONDS = 5.0
@@ -118,6 +118,14 @@ def status(tool: Tool) -> ToolStatus:
             path=binary,
             ok=False,
             detail="does not report the pinned version",
+        )
+    if tool.beside and not _placed_beside(tool):
+        return ToolStatus(
+            name=tool.name,
+            version=tool.version,
+            path=binary,
+            ok=False,
+            detail=f"built but not beside {tool.beside}",
         )
     plugin_dir = _plugin_dir(tool)
     if plugin_dir is not None and not (plugin_dir / tool.binary).exists():
@@ -250,8 +258,10 @@ def _try_source(
             name=tool.name, version=tool.version, source=source, seconds=seconds, peak_rss_mib=peak
         )
 
-    if source == CACHE:
-        return record() if binary.exists() and _reports_version(binary, tool) else None
+    if source == CACHE:  # keeps saying where it came from when only the placing was undone
+        if not (binary.exists() and _reports_version(binary, tool)):
+            return None
+        return read_record(tool) or record()
     if source == ON_PATH:
         return record() if _from_path(tool, binary) else None
     if source == DOWNLOAD:
@@ -273,9 +283,35 @@ def _try_source(
     raise AssertionError(f"unknown source {source}")
 
 
+def _beside_dir(tool: Tool) -> Path:
+    assert tool.beside is not None
+    return tool_dir(TOOLS_BY_NAME[tool.beside])
+
+
+def _placed_beside(tool: Tool) -> bool:
+    def same(placed: Path, original: Path) -> bool:  # a hard link, or a copy
+        return placed.exists() and placed.stat().st_size == original.stat().st_size
+
+    return all(
+        same(_beside_dir(tool) / name, tool_dir(tool) / name)
+        for name in [tool.binary, *tool.extra_files]
+    )
+
+
 def link_into_bin(tool: Tool) -> None:
     bin_dir().mkdir(parents=True, exist_ok=True)
     directory = tool_dir(tool)
+    if tool.beside:
+        # Hard links (same cache): a symlink would resolve out of the other tool's directory.
+        beside = _beside_dir(tool)
+        beside.mkdir(parents=True, exist_ok=True)
+        for name in [tool.binary, *tool.extra_files]:
+            (beside / name).unlink(missing_ok=True)
+            try:
+                os.link(directory / name, beside / name)
+            except OSError:
+                shutil.copy2(directory / name, beside / name)
+        directory = beside
     for name in [tool.binary, *tool.extra_files]:
         link = bin_dir() / name
         link.unlink(missing_ok=True)

@@ -72,6 +72,8 @@ class Tool(BaseModel):
         description="file name -> (module, version, path in module) copied beside the binary",
     )
     local_source: LocalSource | None = None
+    # Files that must sit in another tool's directory, as the official release lays them out.
+    beside: str | None = Field(None, description="the tool whose directory holds this one too")
     optional_because: str | None = Field(
         None, description="why nothing in the project needs it: missing is a warning, not a failure"
     )
@@ -128,6 +130,9 @@ TOOLS: list[Tool] = [
             folder=f"pulumi-language-python-{PULUMI_VERSION}",
             ldflags=[_x(PULUMI_VERSION_VAR, f"v{PULUMI_VERSION}")],
         ),
+        # The CLI runs the language host it finds beside its own (resolved) binary without
+        # looking at PATH, and the host runs the shim beside itself.
+        beside="pulumi",
         extra_files={
             "pulumi-language-python-exec": (
                 "github.com/pulumi/pulumi/sdk/v3",
