@@ -109,7 +109,8 @@ def test_a_reclaim_is_found_and_replaced(world: OperatorWorld) -> None:
     reclaimed = [m for _, r, m in events if r == "Reclaimed"]
     assert reclaimed and victim in reclaimed[0]
     assert any(r == "Replaced" for _, r, _ in events)
-    assert re.search(r"spotpool_reclaims_total\{[^}]*pool=\"reclaimed\"\} 1\.0", world.metrics())
+    reclaims = r'spotpool_reclaims_total\{[^}]*pool="reclaimed",zone="ap-singapore-2"[^}]*\} 1\.0'
+    assert re.search(reclaims, world.metrics())
 
 
 def test_scale_and_spec_changes_converge(world: OperatorWorld) -> None:
