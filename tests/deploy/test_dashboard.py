@@ -12,6 +12,7 @@ from spotpool_deploy import monitoring
 from spotpool_deploy.config import InstallConfig
 from spotpool_deploy.objects import render
 from spotpool_operator.metrics import Metrics
+from spotpool_operator.shards import ShardMetrics
 
 from spotpool.api.status import Instance, Phase, SpotpoolStatus
 from spotpool.engine.ratelimit import Buckets
@@ -70,6 +71,8 @@ def test_every_query_parses_and_names_what_the_operator_exports(
 ) -> None:
     metrics = Metrics()
     metrics.watch_buckets(buckets := Buckets())
+    shards = ShardMetrics(metrics.registry, 4)  # the runner registers them beside (shards.py)
+    shards.transitions.labels("0", "acquired").inc()
     buckets.bucket("AKIDexample", "ap-singapore", "DescribeInstances").take()
     status = SpotpoolStatus(
         replicas=2, ready_replicas=1, size=1, phase=Phase.CONVERGING,
@@ -93,7 +96,7 @@ def test_every_query_parses_and_names_what_the_operator_exports(
         "spotpool_operations_total", "spotpool_operation_duration_seconds_bucket",
         "spotpool_operations_in_flight", "spotpool_operations_queued",
         "spotpool_cloud_api_calls_total", "spotpool_cloud_api_bucket_fill_ratio",
-        "spotpool_failures_total",
+        "spotpool_failures_total", "spotpool_shard_held", "spotpool_shard_pools",
     }  # fmt: skip
 
 
