@@ -76,12 +76,8 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
             raise kopf.TemporaryError(
                 f"{problem.reason}: {problem.message}", delay=settings.backoff(retry)
             ) from None
-
-    @kopf.on.event(*RESOURCE, registry=registry, id="gone")
-    def gone(event: Mapping[str, Any], **_: Any) -> None:
-        """A deleted pool is no shard's any more (kopf's spies write nothing)."""
-        if shards is not None and event.get("type") == "DELETED":
-            shards.forget(str(event.get("object", {}).get("metadata", {}).get("uid", "")))
+        if shards is not None:
+            shards.forget(ref.uid)
 
     @kopf.daemon(*RESOURCE, registry=registry, id="reclaims", cancellation_timeout=5.0)
     async def watch_reclaims(
@@ -135,6 +131,8 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
                     logger.exception("reclaim check failed unexpectedly")
                 failures += 1
                 not_before = time.monotonic() + settings.backoff(failures - 1)
+        if shards is not None and body.get("metadata", {}).get("deletionTimestamp"):
+            shards.forget(first.uid)  # deleted: its shard's holder knows it while deleting
 
     @kopf.on.startup(registry=registry)
     async def start_background(memo: kopf.Memo, **_: Any) -> None:

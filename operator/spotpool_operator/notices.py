@@ -34,8 +34,8 @@ class Notices(PoolWork):
         problem = signature_problem(token, signature, body, time.time() if now is None else now)
         if problem is not None:
             return 401, problem
-        if self.lease is not None and not self.lease.held():
-            return 503, "this replica does not write the stacks now; retry"
+        if self.shards is not None and not self.shards.serves(report.pool_uid):
+            return 503, "this replica does not serve the pool's shard now; retry"
         pool = self.pools.get(report.pool_uid)
         if pool is None:
             return 404, "no pool with this uid is served here"

@@ -52,6 +52,17 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+class _QuietLeaseRequests(logging.Filter):
+    """Every replica renews its Leases every few seconds: their HTTP debug lines would drown
+    everything else at -v."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "coordination.k8s.io" not in str(record.args)
+
+
+logging.getLogger("urllib3.connectionpool").addFilter(_QuietLeaseRequests())
+
+
 def live_holder(lease: Any, now: datetime, default_duration: float) -> str | None:
     """The Lease's holder while its Lease lasts, else None."""
     spec = lease.spec

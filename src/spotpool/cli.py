@@ -3,6 +3,7 @@
 import typer
 from spotpool_deploy.cli import app as deploy_app
 from spotpool_operator.cli import app as operator_app
+from spotpool_operator.shards_cli import shards
 
 from spotpool.api.cli import app as crd_app
 from spotpool.cluster.cli import app as cluster_app
@@ -29,3 +30,4 @@ app.add_typer(stacks_app, name="stacks")
 app.command(cls=PreviewCommand)(preview)
 app.command()(demo)
 app.command("notice-agent")(notice_agent)
+app.command()(shards)

@@ -84,6 +84,7 @@ class OperatorWorld:
     backend_url: str | None = None  # default: file:// under `directory`
     backend_env: dict[str, str] = field(default_factory=dict)  # e.g. the S3 keys
     namespace_prefix: str = "op-"  # the namespaces it makes, and the only ones it serves
+    env: dict[str, str] = field(default_factory=dict)  # more SPOTPOOL_* settings, e.g. shards
 
     # --- the operator process ---------------------------------------------------------------
     @property
@@ -107,6 +108,7 @@ class OperatorWorld:
         if self.lease_namespace:
             env["SPOTPOOL_LEASE_NAMESPACE"] = self.lease_namespace
             env["SPOTPOOL_LEASE_DURATION"] = "6s"  # a killed operator's successor waits this
+        env.update(self.env)
         command = [
             str(SPOTPOOL), "operator", "run", "--namespace", f"{self.namespace_prefix}*",
             "--metrics-port", str(self.metrics_port),

@@ -1,0 +1,69 @@
+"""The reconciler with shards: it runs the engine and writes status only for pools of the shards
+this replica holds, and forgets a pool the moment its shard goes."""
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from spotpool_operator.failures import PoolProblem
+from spotpool_operator.sharding import shard_of
+from spotpool_operator.shards import ShardLeases
+
+from tests.operator.fakes import World, make_world, pool_body, ref, run
+
+SHARDS = 4
+
+
+def _sharded(tmp_path: Path) -> tuple[World, ShardLeases]:
+    world = make_world(tmp_path)
+    shards = ShardLeases(api=None, namespace="ops", base="op", shards=SHARDS, hostname="pod-a")
+    world.reconciler.shards = shards
+    return world, shards
+
+
+def _hold(shards: ShardLeases, shard: int) -> None:
+    """As a won Lease leaves it (step() against the API server: tests/e2e/test_shards.py)."""
+    now = datetime.now(UTC)
+    shards.leases[shard]._acquired = shards.leases[shard]._renewed = now
+    shards._note_acquired()
+
+
+def _uid_in(shard: int) -> str:
+    return next(f"uid-{n}" for n in range(1000) if shard_of(f"uid-{n}", SHARDS) == shard)
+
+
+def test_a_pool_of_another_replicas_shard_gets_no_engine_run_and_no_status(
+    tmp_path: Path,
+) -> None:
+    world, _ = _sharded(tmp_path)
+    body = pool_body("theirs", uid=_uid_in(1))
+    with pytest.raises(PoolProblem, match="another replica") as raised:
+        run(world.reconciler.converge(ref(body)))
+    assert raised.value.reason == "NotServed"
+    assert world.cloud.calls == [] and world.cluster.statuses == {}
+    assert world.events.posted == []  # the serving replica reports, not this one
+
+
+def test_a_pool_is_served_while_its_shard_is_held_and_forgotten_when_it_goes(
+    tmp_path: Path,
+) -> None:
+    world, shards = _sharded(tmp_path)
+    _hold(shards, 2)
+    assert shards.epoch(_uid_in(2)) == 1
+    body = pool_body("mine", uid=_uid_in(2))
+    run(world.reconciler.converge(ref(body)))
+    assert ("up", "team-a.mine") in world.cloud.calls
+    assert world.cluster.last("team-a/mine")["phase"] == "Ready"
+    shards.know(body["metadata"]["uid"], "team-a.mine")
+
+    stopped: list[tuple[int, list[str]]] = []
+    shards.on_stop.append(lambda shard, uids: stopped.append((shard, uids)))
+    assert shards.stop(2, "lost")  # its Lease slipped away
+    assert stopped == [(2, [body["metadata"]["uid"]])]
+    assert not shards.serves(body["metadata"]["uid"])
+    world.reconciler.drop([body["metadata"]["uid"]])
+    assert body["metadata"]["uid"] not in world.reconciler.pools
+    writes = len(world.cluster.statuses["team-a/mine"])
+    with pytest.raises(PoolProblem):
+        run(world.reconciler.converge(ref(pool_body("mine", uid=_uid_in(2), replicas=3))))
+    assert len(world.cluster.statuses["team-a/mine"]) == writes  # nothing written after it went
