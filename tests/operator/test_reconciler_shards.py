@@ -9,6 +9,7 @@ from spotpool_operator.failures import PoolProblem
 from spotpool_operator.sharding import shard_of
 from spotpool_operator.shards import ShardLeases
 
+from spotpool.engine.ownership import LockOwner, Writer, decide_lock
 from tests.operator.fakes import World, make_world, pool_body, ref, run
 
 SHARDS = 4
@@ -67,3 +68,23 @@ def test_a_pool_is_served_while_its_shard_is_held_and_forgotten_when_it_goes(
     with pytest.raises(PoolProblem):
         run(world.reconciler.converge(ref(pool_body("mine", uid=_uid_in(2), replicas=3))))
     assert len(world.cluster.statuses["team-a/mine"]) == writes  # nothing written after it went
+
+
+def test_a_lock_is_broken_only_for_an_earlier_holder_of_the_pools_own_shard() -> None:
+    shards = ShardLeases(api=None, namespace="ops", base="op", shards=SHARDS, hostname="pod-a")
+    acquired = datetime(2026, 11, 24, 15, 0, tzinfo=UTC)
+    for shard, earlier in ((2, {"pod-b"}), (3, {"pod-c"})):
+        lease = shards.leases[shard]
+        lease._acquired, lease._renewed = acquired, datetime.now(UTC)
+        lease._earlier = frozenset(earlier)
+    shards._note_acquired()
+    writer = Writer("pod-a", 4242, shards.view(_uid_in(2)))
+
+    def lock(host: str) -> LockOwner:
+        taken = "2026-11-24T14:59:00.123456789Z"  # before pod-a acquired the shard
+        return LockOwner.parse("k", {"hostname": host, "pid": 7, "timestamp": taken})
+
+    assert decide_lock(lock("pod-b"), writer, lambda pid: True).break_it  # shard 2's earlier
+    assert not decide_lock(lock("pod-c"), writer, lambda pid: True).break_it  # shard 3's only
+    shards.stop(2, "lost")
+    assert not decide_lock(lock("pod-b"), writer, lambda pid: True).break_it  # not held now

@@ -6,7 +6,10 @@ took it, and when). A lock is broken only when its owner is provably gone:
 - the operator holds its Kubernetes Lease, and the lock was taken before it acquired the Lease
   by a host that held the Lease earlier (a replaced pod, or this pod before a container
   restart, which may even reuse the dead pid): that holder lost or released the Lease, and a
-  holder stops writing the moment it does;
+  holder stops writing the moment it does. With replicas, the Lease is the one of the pool's
+  shard (operator shards.py): a replica that held the shard earlier stopped writing its stacks
+  when it lost or gave the shard up, even if it lives on serving other shards; a replica that
+  never held this shard proves nothing;
 - or the lock is this host's and its pid is not alive (a CLI that was killed here).
 
 A lock of anyone else (a person's `pulumi up` on a laptop, another install) is never broken:
