@@ -1,5 +1,5 @@
 """The reconciler with shards: it runs the engine and writes status only for pools of the shards
-this replica holds, and forgets a pool the moment its shard goes."""
+this replica holds, and forgets a pool the moment its shard goes; and its engine calls' ranks."""
 
 from datetime import UTC, datetime
 from pathlib import Path
@@ -8,6 +8,7 @@ import pytest
 from spotpool_operator.failures import PoolProblem
 from spotpool_operator.sharding import shard_of
 from spotpool_operator.shards import ShardLeases
+from spotpool_operator.slots import Priority
 
 from spotpool.engine.ownership import LockOwner, Writer, decide_lock
 from tests.operator.fakes import World, make_world, pool_body, ref, run
@@ -88,3 +89,17 @@ def test_a_lock_is_broken_only_for_an_earlier_holder_of_the_pools_own_shard() ->
     assert not decide_lock(lock("pod-c"), writer, lambda pid: True).break_it  # shard 3's only
     shards.stop(2, "lost")
     assert not decide_lock(lock("pod-b"), writer, lambda pid: True).break_it  # not held now
+
+
+def test_engine_calls_are_ranked_replace_update_refresh_create(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    reconciler = world.reconciler
+    new = reconciler.pool(ref(pool_body("new")))
+    assert reconciler._priority("up", "uid-new") == Priority.CREATE
+    run(reconciler.converge(ref(pool_body("old"))))
+    assert reconciler._priority("up", "uid-old") == Priority.UPDATE  # a spec change
+    assert reconciler._priority("refresh", "uid-old") == Priority.REFRESH
+    reconciler.pool(ref(pool_body("old"))).replace_pending = True
+    assert reconciler._priority("up", "uid-old") == Priority.REPLACE
+    new.gone_slots = {0}
+    assert reconciler._priority("up", "uid-new") == Priority.REPLACE
