@@ -13,7 +13,8 @@ from tests.emulator.harness import start_emulator
 from tests.operator.world import OperatorWorld, pool_manifest
 
 pytestmark = pytest.mark.e2e
-TYPE = "S5.LARGE8"  # no other test of this module's emulator sells it
+# One instance type per test: the operator's stock cache and avoidances are per zone x type.
+TYPE, FALLBACK_TYPE, THROTTLED_TYPE = "S5.LARGE8", "SA2.LARGE8", "S5.2XLARGE16"
 ZONES = ["ap-singapore-2", "ap-singapore-3"]
 # Low buckets, so the rate check below means something (Tencent's are 40/10/10/20 a second).
 LIMITS = {
@@ -51,9 +52,9 @@ def world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Oper
         emulator.stop()
 
 
-def stock(world: OperatorWorld, zone: str, available: int | None) -> None:
+def stock(world: OperatorWorld, zone: str, available: int | None, kind: str = TYPE) -> None:
     world.emulator.admin_ok(
-        "POST", "/_emulator/capacity", {"Zone": zone, "InstanceType": TYPE, "Available": available}
+        "POST", "/_emulator/capacity", {"Zone": zone, "InstanceType": kind, "Available": available}
     )
 
 
@@ -108,14 +109,14 @@ def test_on_demand_fallback_fills_a_pool_without_spot_stock_and_returns_to_spot(
     world: OperatorWorld,
 ) -> None:
     for zone in ZONES:
-        stock(world, zone, 0)  # no spot stock anywhere
+        stock(world, zone, 0, FALLBACK_TYPE)  # no spot stock anywhere
     ns = world.namespace()
     world.apply(
         ns,
         pool_manifest(
             "fallback",
             availabilityZones=ZONES,
-            instanceType=TYPE,
+            instanceType=FALLBACK_TYPE,
             replicas=2,
             refreshInterval="10s",
             onDemandFallback={"enabled": True, "maxOnDemand": 2, "returnAfter": "10s"},
@@ -131,7 +132,7 @@ def test_on_demand_fallback_fills_a_pool_without_spot_stock_and_returns_to_spot(
             if i["InstanceId"] in on_demand} == {"POSTPAID_BY_HOUR"}  # fmt: skip
 
     for zone in ZONES:
-        stock(world, zone, None)  # spot stock is back
+        stock(world, zone, None, FALLBACK_TYPE)  # spot stock is back
 
     def back_on_spot() -> dict[str, Any] | None:
         status = world.status(ns, "fallback")
@@ -171,7 +172,7 @@ def test_twenty_percent_throttling_converges_and_no_call_exceeds_its_bucket(
             pool_manifest(
                 "throttled",
                 availabilityZones=ZONES,
-                instanceType=TYPE,
+                instanceType=THROTTLED_TYPE,
                 replicas=2,
                 refreshInterval="10s",
             ),
