@@ -64,6 +64,8 @@ class Capacity:
             for key in keys:
                 _, was_hard = self._avoid.get(key, (0.0, False))
                 self._avoid[key] = (until, hard or was_hard)
+            if hard:  # the cloud just contradicted the stock we hold: ask again next time
+                self._stock.clear()
                 log.info("avoiding %s %s %s for %.0f s: %s", *key, self.settings.avoid_seconds, why)
 
     def avoided(self) -> Avoided:

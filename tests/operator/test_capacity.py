@@ -146,3 +146,12 @@ def test_a_live_slot_the_spec_no_longer_allows_is_placed_afresh() -> None:
 
     assert [placed.type_of(0), placed.type_of(1)] == ["S5.2XLARGE16"] * 2
     assert placed.zone_of(1) in (Z1, Z2)  # a zone the spec lists
+
+
+def test_a_no_stock_answer_drops_the_cached_stock() -> None:
+    lister, s = Stock(), spec()
+    capacity = Capacity(lister, CapacitySettings(stock_ttl=60))
+    capacity.stock(KEYS, "ap-singapore", s)
+    capacity.replanner(s, KEYS, "ap-singapore")(config(s).placing({0: (Z1, TYPE, SPOT)}), [0])
+
+    assert lister.calls == 2  # the replan asked afresh
