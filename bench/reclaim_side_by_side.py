@@ -9,9 +9,11 @@ each pool at the same moment; the clock runs from the reclaim until the pool aga
 RUNNING instances in the cloud. Prints p50/p95 for both and the ratio, and writes a PNG of the
 two latency distributions (CDF) beside the numbers.
 
-With `--notice S` the emulator announces each reclaim S seconds ahead (the termination notice)
-and the bench prints the capacity gap too: how long each pool had fewer RUNNING instances than
-its size.
+With `--notice S` the emulator announces each reclaim S seconds ahead (the termination notice),
+the operator serves its notice endpoint and every Spotpool instance runs `spotpool notice-agent`
+(one process per emulated instance, settings from its user data), while the article's loop
+knows nothing of notices. The capacity gap is how long each pool had fewer RUNNING instances than
+its size (the noticed instance counts while it still runs).
 
     .venv/bin/python bench/reclaim_side_by_side.py [--rounds 12] [--interval 10] [--size 2]
         [--boot 1] [--png docs/reclaim-side-by-side.png]
@@ -37,12 +39,14 @@ from tencentcloud.cvm.v20170312 import models  # noqa: E402
 from bench.plots import latency_cdf  # noqa: E402
 from spotpool.engine import cloud  # noqa: E402
 from spotpool.engine.credentials import Credentials  # noqa: E402
+from spotpool.localworld.agents import NoticeAgents  # noqa: E402
 from spotpool.localworld.emulator import (  # noqa: E402
     SECRET_ID,
     SECRET_KEY,
     EmulatorProcess,
+    free_port,
 )
-from spotpool.localworld.operator import local_world, pool_manifest  # noqa: E402
+from spotpool.localworld.operator import OperatorWorld, local_world, pool_manifest  # noqa: E402
 
 CRD = ROOT / "crds" / "devops.jokerbai.com_spotpools.yaml"
 REGION, ZONE, TYPE, IMAGE = "ap-singapore", "ap-singapore-2", "GN7.2XLARGE32", "img-eb30mz89"
@@ -137,12 +141,31 @@ def one_round(
             if name in done:
                 continue
             live = running(emulator, tag)
-            if len(live - {victims[name]}) < size:
+            if len(live) < size:  # a noticed instance still counts until the cloud takes it
                 gap[name] += now - last
             if victims[name] not in live and len(live) >= size:
                 done[name] = now - start
         last = now
     return {name: (done[name], gap[name]) for name in tags}
+
+
+def boot_agents(agents: NoticeAgents, uid: str, stop: threading.Event) -> None:
+    while not stop.wait(1.0):
+        try:
+            agents.boot(uid)
+        except Exception as error:  # the next second tries again
+            print(f"  agents: {error}", file=sys.stderr)
+
+
+def settled(world: OperatorWorld, namespace: str, size: int) -> None:
+    """Until the pool's status shows `size` RUNNING and no replacement in flight: the next
+    reclaim must hit a slot's own instance, not a surge instance about to be promoted."""
+
+    def done() -> bool:
+        status = world.status(namespace, "bench")
+        return status.get("readyReplicas") == size and not status.get("surges")
+
+    world.wait_until(done, "the pool settled", 120)
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -168,6 +191,7 @@ def main() -> None:
         local_world(
             Path(tmp), boot_seconds=args.boot, notice_seconds=args.notice,
             refresh_seconds=int(args.interval),
+            env={"SPOTPOOL_NOTICE_PORT": str(free_port())} if args.notice else {},
         ) as world,
     ):  # fmt: skip
         emulator = world.emulator
@@ -184,6 +208,12 @@ def main() -> None:
                 "spotpool": ("spotpool-pool-uid", str(pool["metadata"]["uid"])),
                 "article loop": (LOOP_TAG, "loop"),
             }
+            agents = NoticeAgents(emulator, REGION, Path(tmp) / "agents")
+            if args.notice:  # cloud-init's part: an agent on every instance as it boots
+                uid = str(pool["metadata"]["uid"])
+                threading.Thread(
+                    target=boot_agents, args=(agents, uid, loop.stop), daemon=True
+                ).start()
             loop.thread.start()
             world.wait_until(
                 lambda: len(running(emulator, tags["article loop"])) >= args.size, "the loop", 60
@@ -191,6 +221,7 @@ def main() -> None:
             latency: dict[str, list[float]] = {name: [] for name in tags}
             gaps: dict[str, list[float]] = {name: [] for name in tags}
             for n in range(args.rounds):
+                settled(world, namespace, args.size)
                 time.sleep(rng.uniform(0, args.interval))  # a random phase of both intervals
                 found = one_round(emulator, args.size, tags, timeout=120 + args.notice)
                 for name, (seconds, gap) in found.items():
@@ -203,6 +234,7 @@ def main() -> None:
                 )
         finally:
             loop.stop.set()
+            agents.stop()
     ours, theirs = latency["spotpool"], latency["article loop"]
     print(
         f"interval {args.interval:g} s, size {args.size}, boot {args.boot:g} s, "
