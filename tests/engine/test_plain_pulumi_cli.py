@@ -99,6 +99,9 @@ def test_plain_pulumi_runs_the_program_through_the_language_host(
         "PULUMI_CONFIG_PASSPHRASE": world.settings.passphrase.get_secret_value(),
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         "PULUMI_IGNORE_AMBIENT_PLUGINS": "true",  # the host beside the CLI, plugins registered
+        # The backend as the operator keeps it: gzip checkpoints, no backup copies.
+        "PULUMI_DIY_BACKEND_GZIP": "true",
+        "PULUMI_DIY_BACKEND_DISABLE_CHECKPOINT_BACKUPS": "true",
         **world.credentials.provider_env(),
         "TENCENTCLOUD_REGION": REGION,
         # The emulator is the cloud, reached as an HTTP proxy; the program's gRPC calls to the
@@ -130,6 +133,11 @@ def test_plain_pulumi_runs_the_program_through_the_language_host(
     assert sorted(_recorded(pulumi("stack", "export"))) == [first[0]]
 
     pulumi("up", "--yes", "--skip-preview")
+    stacks = Path(world.settings.backend_url.removeprefix("file://"), ".pulumi/stacks/spotpool")
+    # The checkpoint stays as the operator keeps it (gzip), and no backup copy is added.
+    assert not (stacks / f"{stack.name}.json").exists()
+    assert not (stacks / f"{stack.name}.json.bak").exists()
+    assert (stacks / f"{stack.name}.json.gz").exists()
     now = _recorded(pulumi("stack", "export"))
     assert len(now) == 2 and first[0] in now and first[1] not in now
     assert sorted(world.cloud_instances(stack)) == sorted(now)
