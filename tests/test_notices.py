@@ -168,3 +168,28 @@ def test_a_notice_starts_the_slots_replacement_in_one_engine_run(tmp_path: Path)
     assert status["phase"] == "Ready"  # the noticed instance still runs: nothing missing
     assert world.events.reasons()[-2:] == ["TerminationNotice", "Surging"]
     assert pool.noticed == {}
+
+
+def test_a_surge_whose_old_instance_outlives_its_notice_is_retired(tmp_path: Path) -> None:
+    world = make_world(tmp_path, notice_port=8090, notice_grace=60)
+    reconciler = world.reconciler
+    body = pool_body()
+    run(reconciler.converge(ref(body)))
+    pool = reconciler.pool(ref(body))
+    first = {i.slot: i.instance_id for i in pool.status.instances}
+    report, signature = _report(reconciler.settings.engine.notice_key("uid-gpu"), 0, first[0])
+    reconciler.receive_notice(report, signature)
+    run(reconciler.start_surges(ref(body)))  # the notice said 2026-11-24 15:05:33 UTC
+    assert [s.slot for s in pool.status.surges] == [0]
+
+    reconciler.clock = lambda: datetime(2026, 11, 24, 15, 6, 0, tzinfo=UTC)  # within grace
+    run(reconciler.retire_stale_surges(ref(body)))
+    assert [s.slot for s in pool.status.surges] == [0]
+
+    reconciler.clock = lambda: datetime(2026, 11, 24, 15, 7, 0, tzinfo=UTC)  # still running
+    run(reconciler.retire_stale_surges(ref(body)))
+    assert world.cloud.calls[-1] == ("retire_surges", "team-a.gpu")
+    assert pool.status.surges == []
+    assert world.cluster.last("team-a/gpu")["surges"] == []
+    assert {i.slot: i.instance_id for i in pool.status.instances} == first
+    assert world.events.reasons()[-1] == "NoticeUnfulfilled"

@@ -123,6 +123,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
                 elif pool.gone_slots:
                     await reconciler.replace_gone(ref)
                 else:
+                    await reconciler.retire_stale_surges(ref)
                     await reconciler.check_reclaims(ref)
                     await reconciler.return_to_spot(ref)  # on-demand fallbacks, when due
                 failures, not_before = 0, 0.0

@@ -107,3 +107,48 @@ class Notices(PoolWork):
                 "old instance",
             )
             ref.logger.info("surge started in %.1f s: %s", result.seconds, made)
+
+    async def retire_stale_surges(self, ref: PoolRef) -> None:
+        """Delete the surge instances whose slot's instance still runs `notice_grace` seconds
+        past the time its notice gave: the reclaim is not coming (or the report was not true),
+        and the pool should not pay for two instances in one slot."""
+        pool = self.pool(ref)
+        if not pool.status.surges or pool.lock.locked():
+            return
+        async with pool.lock:
+            now = self.clock()
+            listed = {i.slot: i.instance_id for i in pool.status.instances}
+            stale = [
+                s
+                for s in pool.status.surges
+                if s.termination_time is not None
+                and (now - s.termination_time).total_seconds() > self.settings.notice_grace
+                and listed.get(s.slot) == s.replacing
+            ]
+            if not stale:
+                return
+            spec = await self._spec(pool, ref, "up", quiet=True)
+            if spec.paused:
+                return
+            names = ", ".join(f"slot {s.slot} ({s.replacing})" for s in stale)
+            self.events.post(
+                ref.event_ref(),
+                "Warning",
+                "NoticeUnfulfilled",
+                f"{names} still running past the termination time its notice gave; deleting "
+                "the replacement(s) " + ", ".join(s.instance_id for s in stale),
+            )
+            started = self.clock()
+            credentials = await self._credentials(pool, ref, spec, "up")
+            password = await self._login_password(pool, ref, spec)
+            engine = self._engine(ref, credentials, spec.region)
+            slots = [s.slot for s in stale]
+            try:
+                result = await self._engine_call(
+                    "up", engine.retire_surges, self._config(ref, spec), slots, password
+                )
+            except Exception as error:
+                problem = classify(error)
+                await self._fail(pool, ref, pool.status, "up", problem, started)
+                raise problem from None
+            await self._write(pool, ref, render.surged(pool.status, result, {}, started, now))

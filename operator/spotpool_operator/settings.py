@@ -73,6 +73,13 @@ class OperatorSettings(BaseModel):
         "there); default http://HOST:PORT when HOST is a concrete address.",
     )
 
+    notice_grace: float = Field(
+        600.0,
+        gt=0,
+        description="Seconds past its notice's termination time an instance may still run "
+        "before its surge instance is deleted (the reclaim is not coming).",
+    )
+
     def notice_endpoint(self) -> str | None:
         """Where agents report, or None when notices are off (no agent is installed)."""
         if not self.notice_port:

@@ -123,3 +123,17 @@ def test_surge_keeps_its_slots_placement_whatever_the_new_plan(world: EngineWorl
         (surge.instance_id, "ap-singapore-3")
     ]
     assert promoted.changes.create == promoted.changes.replace == 0
+
+
+def test_a_surge_whose_slot_outlived_its_notice_is_retired(world: EngineWorld) -> None:
+    stack = world.pool()
+    config = _config(world, stack, 2)
+    first = {i.slot: i.instance_id for i in stack.up(config).instances}
+    surges = {s.slot: s.instance_id for s in stack.start_surge(config, [0, 1]).surges}
+    retired = stack.retire_surges(config, [0])
+    assert {i.slot: i.instance_id for i in retired.instances} == first
+    assert {s.slot: s.instance_id for s in retired.surges} == {1: surges[1]}
+    assert retired.changes.delete == 1 and retired.changes.create == 0
+    live = world.cloud_instances(stack)
+    assert live.get(surges[0], "gone") in ("TERMINATING", "gone")
+    assert set(_state_names(world, stack)) == {"gpu-slot-0", "gpu-slot-1", "gpu-slot-1-surge"}

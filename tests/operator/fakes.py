@@ -150,6 +150,20 @@ class FakeEngine:
         ]
         return result
 
+    def retire_surges(
+        self, config: StackConfig, slots: list[int], login_password: str | None = None
+    ) -> OperationResult:
+        self.cloud.calls.append(("retire_surges", self.name))
+        surges = self.cloud.surges.setdefault(self.name, {})
+        for slot in slots:
+            surges.pop(slot, None)
+        result = OperationResult(kind=OperationKind.UP, stack=self.name, seconds=0.1)
+        result.instances = self._outputs()
+        result.surges = [
+            SlotOutput(slot=s, instance_id=i, state="RUNNING") for s, i in sorted(surges.items())
+        ]
+        return result
+
     def refresh(self) -> OperationResult:
         self.cloud.calls.append(("refresh", self.name))
         result = OperationResult(kind=OperationKind.REFRESH, stack=self.name, seconds=0.1)

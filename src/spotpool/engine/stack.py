@@ -234,6 +234,33 @@ class PoolStack:
             known.surges = {s.slot: s.instance_id for s in result.surges}
         return result
 
+    def retire_surges(
+        self, config: StackConfig, slots: list[int], login_password: str | None = None
+    ) -> OperationResult:
+        """Delete the surge instances of `slots` (their slot's instance outlived its notice: the
+        reclaim never came), in one targeted `up`; the slots' own instances stay."""
+        with self._operation(OperationKind.UP) as (stack, result, state):
+            known = self._known()
+            retiring = sorted(s for s in slots if s in known.surges and s in known.urns)
+            keep = sorted(s for s in known.surges if s not in retiring and s < config.count)
+            config = _pinned(config, _previous_config(state), sorted(known.surges))
+            self._set_config(stack, config, login_password, surge=keep, promote=[])
+            if retiring:
+                reply = stack.up(
+                    target=[known.urns[s] + SURGE_SUFFIX for s in retiring],
+                    on_event=self._printer(),
+                    color="never",
+                    suppress_outputs=True,
+                )
+                result.changes = changes_from_summary(reply.summary.resource_changes)
+                outputs = reply.outputs
+            else:
+                outputs = stack.outputs()
+            result.instances = instances_of(outputs)
+            result.surges = instances_of(outputs, "surges")
+            known.surges = {s.slot: s.instance_id for s in result.surges}
+        return result
+
     def refresh(self) -> OperationResult:
         with self._operation(OperationKind.REFRESH) as (stack, result, state):
             before = slots_in(state)
