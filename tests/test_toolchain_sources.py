@@ -186,3 +186,18 @@ def test_a_tool_placed_beside_another_is_put_back_and_keeps_its_source(
     assert status(tool).detail == "built but not beside pulumi"
     assert install(tool, lambda _: None, mirror).source == LOCAL_SOURCE
     assert status(tool).ok and (cli_dir / "hello-exec").exists()
+
+
+def test_a_local_source_that_is_not_a_directory_is_refused_with_what_to_fix(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from spotpool.cli import app
+
+    monkeypatch.setenv("SPOTPOOL_LOCAL_SOURCE", str(tmp_path / "no-such-mirror"))
+    monkeypatch.setenv("COLUMNS", "400")  # the error box on one line
+    result = CliRunner().invoke(app, ["toolchain", "install", "etcd"])
+    assert result.exit_code == 2
+    assert "no-such-mirror is not a directory" in result.output
+    assert not (cache / "tools").exists()  # nothing was tried
