@@ -2,7 +2,7 @@
 each under its own hostname as pods are; every pool served by exactly one replica at any time
 (no two replicas ever run the engine on one stack: checked on their logs); a replica SIGKILLed
 with its whole process tree, and its pools served again by the others once its shard Leases
-expire — with no leaked, duplicated or stuck pool."""
+expire — with no leaked, duplicated or stuck pool; pools deleted by their shard's holder."""
 
 import json
 import re
@@ -217,6 +217,13 @@ def test_replicas_share_the_pools_and_take_over_a_killed_ones(fleet: Fleet) -> N
               for v in re.findall(r"^spotpool_shard_pools\{[^}]*\} (\S+)$", world.metrics(),
                                   re.MULTILINE)]  # fmt: skip
     assert sum(counts) == POOLS  # each pool counted by exactly one replica
+
+    # deleting: every replica keeps the finalizer, the shard's holder destroys the stack
+    doomed = names[:3]
+    a_live.kube.ok("-n", ns, "delete", "spotpool", *doomed, "--wait=false")
+    for name in doomed:
+        a_live.wait_until(lambda n=name: a_live.get(ns, n) is None, f"{name} gone", 120)  # type: ignore[misc]
+        assert not a_live.cloud(uids[name]), name  # its instance terminated, not left behind
     assert _assert_one_writer_at_a_time(fleet) >= POOLS
     for world in fleet.replicas.values():
         assert "StackLocked" not in world.log.read_text(errors="replace")
