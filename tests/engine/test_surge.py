@@ -137,3 +137,37 @@ def test_a_surge_whose_slot_outlived_its_notice_is_retired(world: EngineWorld) -
     live = world.cloud_instances(stack)
     assert live.get(surges[0], "gone") in ("TERMINATING", "gone")
     assert set(_state_names(world, stack)) == {"gpu-slot-0", "gpu-slot-1", "gpu-slot-1-surge"}
+
+
+def test_one_run_promotes_a_surge_and_replaces_another_gone_slot(world: EngineWorld) -> None:
+    stack = world.pool()
+    config = _config(world, stack, 2)
+    first = {i.slot: i.instance_id for i in stack.up(config).instances}
+    (surge,) = stack.start_surge(config, [0]).surges
+    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": list(first.values())})
+    wait_until(lambda: not set(first.values()) & set(world.cloud_instances(stack)), "reclaims", 30)
+    result = stack.replace_slots(config, [0, 1])
+    now = {i.slot: i.instance_id for i in result.instances}
+    assert now[0] == surge.instance_id and now[1] not in first.values()
+    assert result.changes.create == 1 and result.surges == []
+    assert set(world.cloud_instances(stack)) == set(now.values())
+
+
+def test_after_a_restart_the_full_up_promotes_the_surge(world: EngineWorld) -> None:
+    """A new process knows nothing of the stack: replace_slots falls back to an up with a
+    refresh, which must promote the surge instance, not create a third beside it."""
+    from spotpool.engine import stack as engine_stack
+
+    stack = world.pool()
+    config = _config(world, stack, 1)
+    first = stack.up(config).instances[0].instance_id
+    (surge,) = stack.start_surge(config, [0]).surges
+    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first]})
+    wait_until(lambda: first not in world.cloud_instances(stack), "the reclaim", timeout=30)
+    engine_stack._known.clear()  # as a restarted operator
+    result = PoolStack(stack.pool, world.settings, world.credentials, REGION).replace_slots(
+        config, [0]
+    )
+    assert [i.instance_id for i in result.instances] == [surge.instance_id]
+    assert result.changes.create == 0 and result.surges == []
+    assert set(world.cloud_instances(stack)) == {surge.instance_id}

@@ -140,9 +140,15 @@ class PoolStack:
         elsewhere (by default: the next of `instanceTypes`) and the up runs again. `refresh`:
         look at the cloud first, in the same run (instances gone while nobody watched)."""
         with self._operation(OperationKind.UP) as (stack, result, state):
+            surging, slot_urns = _ids_by_surge(state), _slot_urns(state)
+            if refresh and (noticed := [slot_urns[s] for s in surging if s in slot_urns]):
+                # A surge's slot: a refresh inside the up would drop a taken instance and then
+                # create a new one beside the surge; refresh first, so the surge takes the slot.
+                stack.refresh(target=noticed, color="never", show_secrets=False)
+                state = _export(stack)
+                surging = _ids_by_surge(state)
             owned = _ids_by_slot(state)
             config = _carried_over(config, state, owned)
-            surging = _ids_by_surge(state)
             surge, promote = surge_plan(set(owned), set(surging), config.count)
             config = _pinned(config, _previous_config(state), promote)
             orphans = recovery.sweep_orphans(
@@ -189,12 +195,17 @@ class PoolStack:
                 config = _pinned(config, _previous_config(state), promote)
                 self._forget_resources(stack, [known.urns[s] for s in promote])
             surge = sorted(s for s in known.surges if s not in promote and s < config.count)
+            refresh = len(promote) < len(slots)  # only the gone ones: the rest left already
+            if promote and refresh:  # a refresh cannot target a promoted slot's new name
+                gone = [known.urns[s] for s in slots if s not in promote]
+                stack.refresh(target=gone, color="never", show_secrets=False)
+                refresh = False
             while True:
                 self._set_config(stack, config, login_password, surge=surge, promote=promote)
                 try:
                     reply = stack.up(
                         target=urns,
-                        refresh=len(promote) < len(slots),  # only the gone ones: the rest left
+                        refresh=refresh,
                         on_event=self._printer(),
                         color="never",
                         suppress_outputs=True,
@@ -625,6 +636,15 @@ def slots_in(state: Mapping[str, Any]) -> dict[int, SlotOutput]:
 
 def _ids_by_slot(state: Mapping[str, Any]) -> dict[int, str]:
     return {slot: item.instance_id for slot, item in slots_in(state).items()}
+
+
+def _slot_urns(state: Mapping[str, Any]) -> dict[int, str]:
+    return {
+        slot: resource["urn"]
+        for resource in state.get("resources") or []
+        if resource.get("type") == SLOT_TYPE
+        and (slot := slot_of_urn(resource.get("urn", ""))) is not None
+    }
 
 
 def _ids_by_surge(state: Mapping[str, Any]) -> dict[int, str]:
