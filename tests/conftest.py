@@ -1,5 +1,8 @@
-"""Shared test helpers: the pinned tools. A missing tool fails the test, never skips it."""
+"""Shared test helpers: the pinned tools (a missing tool fails the test, never skips it), and
+an event loop for Pulumi's in-process mocks."""
 
+import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,3 +19,20 @@ def require_tool(name: str) -> Path:
             f"{name} {state.version} is {state.detail}: run `spotpool toolchain install {name}`"
         )
     return state.path
+
+
+@pytest.fixture
+def pulumi_event_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """The current event loop Pulumi's mocks run on (they call asyncio.get_event_loop()).
+
+    An earlier test's asyncio.run() ends by setting the current loop to None, after which
+    get_event_loop() raises "no current event loop"; a test using the mocks gets a fresh one
+    then (and keeps a usable one otherwise, as the mocks' outputs may be bound to it)."""
+    try:
+        loop = asyncio.get_event_loop()
+    except RuntimeError:
+        loop = None
+    if loop is None or loop.is_closed():
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+    yield loop

@@ -4,6 +4,7 @@ The real engine, provider and emulator are the integration tier; these only chec
 program's own logic (slots, spot settings, tags, outputs) without any cloud.
 """
 
+import asyncio
 import json
 import runpy
 import sys
@@ -62,7 +63,7 @@ def stack_config(**changes: object) -> StackConfig:
 
 
 @pytest.fixture
-def mocks() -> CloudMocks:
+def mocks(pulumi_event_loop: asyncio.AbstractEventLoop) -> CloudMocks:
     mocks = CloudMocks()
     pulumi.runtime.set_mocks(mocks, project="spotpool", stack="team-a.gpu", preview=False)
     return mocks

@@ -1,5 +1,6 @@
 """The Pulumi program under Pulumi's mocks: it declares exactly the install's objects."""
 
+import asyncio
 from typing import Any
 
 import pulumi
@@ -38,7 +39,7 @@ class KubeMocks(pulumi.runtime.Mocks):
 
 
 @pytest.fixture
-def mocks() -> KubeMocks:
+def mocks(pulumi_event_loop: asyncio.AbstractEventLoop) -> KubeMocks:
     mocks = KubeMocks()
     pulumi.runtime.set_mocks(mocks, project=program.PROJECT, stack="dev", preview=False)
     return mocks
