@@ -7,6 +7,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from spotpool_operator.metrics import NOTICE_RESULTS, Metrics
+
 from spotpool.api import notices
 from spotpool.api.notices import NoticeAgent, NoticeReport
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
@@ -133,6 +135,16 @@ def test_operator_takes_a_report_only_from_the_slots_own_instance(tmp_path: Path
     body, signature = _report(key, 0, "ins-ccc")
     assert reconciler.receive_notice(body, signature)[0] == 200  # the replacement itself
     assert pool.noticed == {}
+    counted = {
+        result: world.metrics.registry.get_sample_value(
+            "spotpool_notice_reports_total", {"result": result}
+        )
+        for result in NOTICE_RESULTS
+    }
+    assert counted == {
+        "accepted": 1, "repeat": 2, "from_surge": 1, "malformed": 1, "bad_signature": 2,
+        "not_served": 0, "unknown_pool": 1, "wrong_instance": 1,
+    }  # fmt: skip
 
 
 def test_notice_endpoint_needs_a_reachable_address(tmp_path: Path) -> None:
@@ -168,6 +180,7 @@ def test_a_notice_starts_the_slots_replacement_in_one_engine_run(tmp_path: Path)
     assert status["phase"] == "Ready"  # the noticed instance still runs: nothing missing
     assert world.events.reasons()[-2:] == ["TerminationNotice", "Surging"]
     assert pool.noticed == {}
+    assert _surges(world.metrics) == {"started": 1, "promoted": 0, "retired": 0}
 
 
 def test_a_surge_whose_old_instance_outlives_its_notice_is_retired(tmp_path: Path) -> None:
@@ -193,3 +206,11 @@ def test_a_surge_whose_old_instance_outlives_its_notice_is_retired(tmp_path: Pat
     assert world.cluster.last("team-a/gpu")["surges"] == []
     assert {i.slot: i.instance_id for i in pool.status.instances} == first
     assert world.events.reasons()[-1] == "NoticeUnfulfilled"
+    assert _surges(world.metrics) == {"started": 1, "promoted": 0, "retired": 1}
+
+
+def _surges(metrics: Metrics) -> dict[str, float | None]:
+    return {
+        event: metrics.registry.get_sample_value("spotpool_surges_total", {"event": event})
+        for event in ("started", "promoted", "retired")
+    }

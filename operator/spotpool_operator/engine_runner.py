@@ -474,10 +474,11 @@ class PoolWork:
         ref.logger.warning("%s failed: %s: %s", kind, problem.reason, problem.message)
 
     async def _write(self, pool: PoolState, ref: PoolRef, status: SpotpoolStatus) -> None:
-        pool.status = status
+        before, pool.status = pool.status, status
         if not self.serving(ref):
             return  # the shard's new holder writes the status now
         self.metrics.observe_pool(ref.namespace, ref.name, status)
+        self.metrics.observe_surges(before, status)
         try:
             await asyncio.to_thread(
                 self.cluster.patch_status, ref.namespace, ref.name, render.to_patch(status)

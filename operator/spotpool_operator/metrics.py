@@ -19,6 +19,18 @@ from spotpool.api.status import Phase, SpotpoolStatus
 from spotpool.engine.ratelimit import Buckets
 
 UNKNOWN = "unknown"  # the label value of a zone or instance type the status did not record
+# What became of the termination-notice reports agents sent (notices.py answers each).
+NOTICE_RESULTS = (
+    "accepted",  # the slot's replacement starts
+    "repeat",  # its slot is already being replaced
+    "from_surge",  # a surge instance's own notice: acknowledged, nothing to do
+    "malformed",  # refused: not a report (400), or too large (413)
+    "bad_signature",  # refused: not signed by the slot's token, or outside the clock window
+    "not_served",  # refused: another replica serves the pool's shard now (503, retried)
+    "unknown_pool",  # refused: no such pool served here (404)
+    "wrong_instance",  # refused: not the instance the status lists in that slot (409)
+)
+SURGE_EVENTS = ("started", "promoted", "retired")
 
 
 class _CapacityGap(Collector):
@@ -174,6 +186,25 @@ class Metrics:
             ["action", "result"],
             registry=self.registry,
         )
+        self.notice_reports = Counter(
+            "spotpool_notice_reports",
+            "Termination-notice reports received from the instances' agents, by result "
+            "(accepted, repeat, from_surge, or why refused).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.surges = Counter(
+            "spotpool_surges",
+            "Surge instances (a noticed slot's early replacement), by event: started, "
+            "promoted (took the slot when the cloud took the noticed instance), retired "
+            "(deleted: the reclaim did not come, or the slot went away).",
+            ["event"],
+            registry=self.registry,
+        )
+        for result in NOTICE_RESULTS:  # every series exists from the start, at 0
+            self.notice_reports.labels(result)
+        for event in SURGE_EVENTS:
+            self.surges.labels(event)
         self._gap = _CapacityGap(clock)
         self.registry.register(self._gap)
         self._phases: dict[tuple[str, str], str] = {}
@@ -212,6 +243,21 @@ class Metrics:
             )
             self._reclaim_labels.setdefault((namespace, name), set()).add(labels)
             self.reclaims.labels(namespace, name, *labels).inc()
+
+    def observe_notice(self, result: str) -> None:
+        if result not in NOTICE_RESULTS:
+            raise ValueError(f"unknown notice result {result!r}")
+        self.notice_reports.labels(result).inc()
+
+    def observe_surges(self, before: SpotpoolStatus, after: SpotpoolStatus) -> None:
+        """Count what became of the surge instances between two statuses of a pool: new ones
+        started; gone from the surges, promoted when the slot lists it now, else retired."""
+        earlier = {s.instance_id for s in before.surges}
+        now = {s.instance_id for s in after.surges}
+        listed = {i.instance_id for i in after.instances}
+        self.surges.labels("started").inc(len(now - earlier))
+        self.surges.labels("promoted").inc(len((earlier - now) & listed))
+        self.surges.labels("retired").inc(len(earlier - now - listed))
 
     def observe_cloud_call(self, action: str, outcome: str) -> None:
         """An observer for engine.cloud.ON_CALL."""

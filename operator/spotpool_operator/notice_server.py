@@ -37,6 +37,7 @@ class NoticeServer:
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
+            self.notices.metrics.observe_notice("malformed")
             return web.json_response({"message": "report too large"}, status=413)
         code, message = self.notices.receive_notice(body, request.headers.get(SIGNATURE_HEADER, ""))
         level = logging.INFO if code < 400 else logging.WARNING

@@ -21,7 +21,14 @@ class Notices(PoolWork):
     def receive_notice(
         self, body: bytes, signature: str, now: float | None = None
     ) -> tuple[int, str]:
-        """Check an agent's report and take it in; the HTTP status and a message for the agent.
+        """An agent's report checked and taken in (see _check), and counted by its result."""
+        result, code, message = self._check(body, signature, now)
+        self.metrics.observe_notice(result)
+        return code, message
+
+    def _check(self, body: bytes, signature: str, now: float | None) -> tuple[str, int, str]:
+        """Check an agent's report and take it in: its result (metrics.NOTICE_RESULTS), the HTTP
+        status and a message for the agent.
 
         Accepted only when signed with the token of the slot it names, and the instance it
         names is the one the pool's status lists in that slot: an instance speaks for itself.
@@ -29,26 +36,38 @@ class Notices(PoolWork):
         try:
             report = NoticeReport.model_validate_json(body)
         except ValidationError as error:
-            return 400, f"not a notice report: {error.errors(include_url=False)[0]['msg']}"
+            return (
+                "malformed",
+                400,
+                f"not a notice report: {error.errors(include_url=False)[0]['msg']}",
+            )
         token = slot_token(self.settings.engine.notice_key(report.pool_uid), report.slot)
         problem = signature_problem(token, signature, body, time.time() if now is None else now)
         if problem is not None:
-            return 401, problem
+            return "bad_signature", 401, problem
         if self.shards is not None and not self.shards.serves(report.pool_uid):
-            return 503, "this replica does not serve the pool's shard now; retry"
+            return "not_served", 503, "this replica does not serve the pool's shard now; retry"
         pool = self.pools.get(report.pool_uid)
         if pool is None:
-            return 404, "no pool with this uid is served here"
+            return "unknown_pool", 404, "no pool with this uid is served here"
         if report.instance_id in {s.instance_id for s in pool.status.surges}:
-            return 200, "a replacement itself: the slot's own instance is already being replaced"
+            return (
+                "from_surge",
+                200,
+                "a replacement itself: the slot's own instance is already being replaced",
+            )
         listed = {i.slot: i.instance_id for i in pool.status.instances}
         if listed.get(report.slot) != report.instance_id:
-            return 409, f"{report.instance_id} is not the instance of slot {report.slot}"
+            return (
+                "wrong_instance",
+                409,
+                f"{report.instance_id} is not the instance of slot {report.slot}",
+            )
         if report.slot in pool.noticed or any(s.slot == report.slot for s in pool.status.surges):
-            return 200, "already being replaced"
+            return "repeat", 200, "already being replaced"
         pool.noticed[report.slot] = (report.instance_id, report.termination_utc())
         pool.wake.set()
-        return 202, "replacement starting"
+        return "accepted", 202, "replacement starting"
 
     async def start_surges(self, ref: PoolRef) -> None:
         """Start the replacement of every noticed slot in one engine run."""

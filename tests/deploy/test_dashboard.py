@@ -97,6 +97,7 @@ def test_every_query_parses_and_names_what_the_operator_exports(
         "spotpool_operations_in_flight", "spotpool_operations_queued",
         "spotpool_cloud_api_calls_total", "spotpool_cloud_api_bucket_fill_ratio",
         "spotpool_failures_total", "spotpool_shard_held", "spotpool_shard_pools",
+        "spotpool_notice_reports_total", "spotpool_surges_total",
     }  # fmt: skip
 
 

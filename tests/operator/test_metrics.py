@@ -1,9 +1,9 @@
 """The operator's metrics: pools by phase, the capacity gap, reclaims by zone and type, cloud
 calls and the token buckets, as a scrape reads them."""
 
-from spotpool_operator.metrics import Metrics
+from spotpool_operator.metrics import NOTICE_RESULTS, Metrics
 
-from spotpool.api.status import Instance, Phase, SpotpoolStatus
+from spotpool.api.status import Instance, Phase, SpotpoolStatus, Surge
 from spotpool.engine.ratelimit import Buckets, RateLimits
 
 
@@ -108,3 +108,31 @@ def test_operations_in_flight_and_queued_start_at_zero() -> None:
     assert _value(metrics, "spotpool_operations_queued") == 0
     metrics.observe_operation("up", True, 2.0)
     assert _value(metrics, "spotpool_operation_duration_seconds_bucket", kind="up", le="2.5") == 1
+
+
+def test_notice_reports_and_surges_are_there_at_zero_and_counted() -> None:
+    metrics = Metrics()
+    for result in NOTICE_RESULTS:
+        assert _value(metrics, "spotpool_notice_reports_total", result=result) == 0
+    for event in ("started", "promoted", "retired"):
+        assert _value(metrics, "spotpool_surges_total", event=event) == 0
+    metrics.observe_notice("accepted")
+    metrics.observe_notice("bad_signature")
+    assert _value(metrics, "spotpool_notice_reports_total", result="accepted") == 1
+    assert _value(metrics, "spotpool_notice_reports_total", result="bad_signature") == 1
+
+    before = _status(3, 3, Phase.READY)  # ins-0, ins-1, ins-2 in slots 0-2
+    noticed = before.model_copy(
+        update={
+            "surges": [Surge(slot=0, instance_id="ins-s0"), Surge(slot=1, instance_id="ins-s1")]
+        }
+    )
+    metrics.observe_surges(before, noticed)
+    assert _value(metrics, "spotpool_surges_total", event="started") == 2
+    # slot 0's instance reclaimed: its surge takes the slot; slot 1's never was: retired
+    instances = [i.model_copy(update={"instance_id": "ins-s0"}) if i.slot == 0 else i
+                 for i in before.instances]  # fmt: skip
+    metrics.observe_surges(noticed, before.model_copy(update={"instances": instances}))
+    assert _value(metrics, "spotpool_surges_total", event="promoted") == 1
+    assert _value(metrics, "spotpool_surges_total", event="retired") == 1
+    assert _value(metrics, "spotpool_surges_total", event="started") == 2
