@@ -80,7 +80,17 @@ CONFIGS = {
             "dashboard_folder": "Spotpool",
             "scrape_interval": "15s",
         },
+        notices={
+            "enabled": True,
+            "port": 8443,
+            "url": "https://notices.vpc.example:8443/spotpool",
+            "service_type": "LoadBalancer",
+            "service_annotations": {
+                "service.kubernetes.io/qcloud-loadbalancer-internal-subnetid": "subnet-1"
+            },
+        },
     ),
+    "notices by the in-cluster name": InstallConfig(name="pools", notices={"enabled": True}),
     "file backend with a class, no extras": InstallConfig(
         install_crd=False,
         watch_namespaces=["only"],
@@ -164,6 +174,8 @@ INVALID = {
     "backendUrl ": {"replicas": 2, "backendUrl": "file:///state"},
     "service": {"monitoring": {"serviceMonitor": True}, "metrics": {"service": False}},
     "imge": {"imge": "x"},
+    "url": {"notices": {"enabled": True, "url": "10.0.3.7:8090"}},
+    "serviceType": {"notices": {"serviceType": "External"}},
 }
 
 

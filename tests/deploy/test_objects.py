@@ -158,8 +158,9 @@ def test_every_variable_set_for_the_operator_is_one_it_reads() -> None:
     run = getattr(command, "commands", {}).get("run", command)
     known = {param.envvar for param in run.params if isinstance(param.envvar, str)}
     config = InstallConfig(
-        watch_namespaces=["a"], cloud_endpoint="http://127.0.0.1:1", backend_url="s3://b"
-    )
+        watch_namespaces=["a"], cloud_endpoint="http://127.0.0.1:1", backend_url="s3://b",
+        notices={"enabled": True},
+    )  # fmt: skip
     spotpool_vars = {name for name in env(render(config)) if name.startswith("SPOTPOOL_")}
     assert spotpool_vars <= known, spotpool_vars - known
 
@@ -261,3 +262,55 @@ def test_replicas_share_an_s3_backend_roll_one_by_one_and_are_evicted_one_at_a_t
     assert budget["spec"]["maxUnavailable"] == 1
     assert budget["spec"]["selector"] == deployment["spec"]["selector"]
     assert "PersistentVolumeClaim/spotpool-system/spotpool-operator-state" not in objects
+
+
+def test_notices_are_off_by_default_and_when_on_the_port_is_wired_to_a_service(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    default = render(InstallConfig())
+    assert [p["name"] for p in container(default)["ports"]] == ["metrics", "liveness"]
+    assert not {"SPOTPOOL_NOTICE_PORT", "SPOTPOOL_NOTICE_URL"} & set(env(default))
+    assert [o["metadata"]["name"] for o in default if o["kind"] == "Service"] == [
+        "spotpool-operator-metrics"
+    ]
+
+    objects = render(InstallConfig(namespace="ops", notices={"enabled": True, "port": 8443}))
+    ports = {p["name"]: p for p in container(objects)["ports"]}
+    assert ports["notices"] == {"name": "notices", "containerPort": 8443, "protocol": "TCP"}
+    service = by_identity(objects)["Service/ops/spotpool-operator-notices"]
+    (port,) = service["spec"]["ports"]
+    assert (port["port"], port["targetPort"]) == (8443, "notices")
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["type"] == "ClusterIP"
+
+    for name, value in env(objects).items():  # what the operator makes of the environment
+        monkeypatch.setenv(name, value)
+    command = typer.main.get_command(operator_app)
+    run = getattr(command, "commands", {}).get("run", command)
+    params = run.make_context("run", []).params
+    assert (params["notice_host"], params["notice_port"]) == ("0.0.0.0", 8443)
+    assert params["notice_url"] == "http://spotpool-operator-notices.ops.svc:8443"
+    settings = OperatorSettings.model_validate(
+        {k: params[k] for k in ("notice_host", "notice_port", "notice_url")}
+        | {"engine": {"backend_url": "file:///x", "passphrase": "p", "work_root": "/x"}}
+    )
+    assert settings.notice_endpoint() == "http://spotpool-operator-notices.ops.svc:8443"
+
+
+def test_the_notice_url_for_instances_outside_the_cluster_and_a_load_balancer() -> None:
+    internal = {"service.kubernetes.io/qcloud-loadbalancer-internal-subnetid": "subnet-1"}
+    config = InstallConfig.model_validate(
+        {"notices": {"enabled": True, "url": "http://10.0.3.7:8090",
+                     "serviceType": "LoadBalancer", "serviceAnnotations": internal}}
+    )  # fmt: skip
+    objects = render(config)
+    assert env(objects)["SPOTPOOL_NOTICE_URL"] == "http://10.0.3.7:8090"
+    service = by_identity(objects)["Service/spotpool-system/spotpool-operator-notices"]
+    assert service["spec"]["type"] == "LoadBalancer"
+    assert service["metadata"]["annotations"] == internal
+    for bad in ("10.0.3.7:8090", "http://", "ftp://x", "http://a b"):
+        with pytest.raises(ValidationError, match=r"notices\.url"):
+            InstallConfig.model_validate({"notices": {"enabled": True, "url": bad}})
+    with pytest.raises(ValidationError, match=r"notices\.serviceType"):
+        InstallConfig.model_validate({"notices": {"serviceType": "External"}})

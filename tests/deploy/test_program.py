@@ -59,6 +59,7 @@ def test_every_object_of_the_install_is_declared_as_rendered(mocks: KubeMocks) -
         watch_namespaces=["team-a", "team-b"],
         image="r/spotpool:9",
         monitoring={"serviceMonitor": True},
+        notices={"enabled": True, "serviceType": "LoadBalancer"},
     )
 
     def check(_: object) -> None:

@@ -113,11 +113,17 @@ def _admitted_as_restricted(kube: Kube, wanted: list[dict[str, Any]]) -> None:
 def test_an_install_for_some_namespaces_grants_rights_only_there(
     cluster: Kube, tmp_path: Path
 ) -> None:
+    settings = tmp_path / "install.yaml"  # notices on: the port and its Service apply too
+    settings.write_text(
+        "notices: {enabled: true, serviceType: LoadBalancer, serviceAnnotations:"
+        " {service.kubernetes.io/qcloud-loadbalancer-internal-subnetid: subnet-1}}\n"
+    )
     directory = installs.render(
-        tmp_path / "k", "--namespace", "pools-system",
+        tmp_path / "k", "--config", str(settings), "--namespace", "pools-system",
         "--watch-namespace", "team-a", "--watch-namespace", "team-b",
     )  # fmt: skip
     wanted = installs.objects(directory)
+    assert ("Service", "pools-system", "spotpool-operator-notices") in {_key(o) for o in wanted}
     assert [o["metadata"]["namespace"] for o in wanted if o["kind"] == "Role"] == [
         "pools-system",  # the Lease's
         "team-a",

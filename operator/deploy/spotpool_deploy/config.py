@@ -49,6 +49,41 @@ class Metrics(Model):
     )
 
 
+class Notices(Model):
+    """The endpoint the pools' notice agents report spot termination notices to
+    (docs/notices.md). Off by default: turning it on changes every pool's user data, which
+    replaces each pool's instances at its next up, and the instances must reach the endpoint
+    from the VPC, which only the user knows how."""
+
+    enabled: bool = Field(
+        False,
+        description="Serve termination notices: the operator listens on the port, a Service "
+        "exposes it, and every pool's user data installs the notice agent (this rolls every "
+        "pool's instances once).",
+    )
+    port: int = Field(8090, ge=1, le=65535, description="Port of the notice endpoint.")
+    url: str | None = Field(
+        None,
+        pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        description="The endpoint as the instances reach it, rendered into their user data: "
+        "for instances outside the cluster an address in their VPC, e.g. the notices Service "
+        "as an internal LoadBalancer. None: the Service's in-cluster name "
+        "http://<name>-notices.<namespace>.svc:<port>, which only agents that use the "
+        "cluster's DNS resolve.",
+    )
+    service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
+        "ClusterIP",
+        description="Type of the notices Service; LoadBalancer (with an internal-subnet "
+        "annotation) gives the instances an address in the VPC.",
+    )
+    service_annotations: dict[str, str] = Field(
+        default_factory=dict,
+        description="Annotations of the notices Service, e.g. "
+        "service.kubernetes.io/qcloud-loadbalancer-internal-subnetid for a TKE internal "
+        "load balancer.",
+    )
+
+
 class Monitoring(Model):
     dashboard: bool = Field(
         True, description="Ship the Grafana dashboard as a ConfigMap (dashboard.json)."
@@ -145,6 +180,7 @@ class InstallConfig(Model):
     storage: Storage = Field(default_factory=Storage)
     monitoring: Monitoring = Field(default_factory=Monitoring)
     metrics: Metrics = Field(default_factory=Metrics)
+    notices: Notices = Field(default_factory=Notices)
 
     @field_validator("name", "namespace")
     @classmethod

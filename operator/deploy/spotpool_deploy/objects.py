@@ -34,8 +34,8 @@ def custom_resource_definition(config: InstallConfig) -> Object:
 
 def render(config: InstallConfig) -> list[Object]:
     """Namespace and CRD first (the rest lives in or refers to them), then the account, its
-    rights, the state volume, the operator, its metrics Service, the Grafana dashboard and
-    (when asked for) a ServiceMonitor. Fresh dicts each call."""
+    rights, the state volume, the operator, its metrics and notices Services, the Grafana
+    dashboard and (when asked for) a ServiceMonitor. Fresh dicts each call."""
     objects: list[Object] = []
     if config.create_namespace:
         objects.append(namespace(config))
@@ -49,6 +49,8 @@ def render(config: InstallConfig) -> list[Object]:
     objects.append(workload.disruption_budget(config))
     if config.metrics.service:
         objects.append(workload.metrics_service(config))
+    if config.notices.enabled:
+        objects.append(workload.notice_service(config))
     if config.monitoring.dashboard:
         objects.append(monitoring.dashboard_config_map(config))
     if config.monitoring.service_monitor:

@@ -60,6 +60,10 @@ def _env(config: InstallConfig) -> list[dict[str, str]]:
         env["SPOTPOOL_NAMESPACE"] = ",".join(config.watch_namespaces)
     if config.cloud_endpoint is not None:
         env["SPOTPOOL_CLOUD_ENDPOINT"] = config.cloud_endpoint
+    if config.notices.enabled:
+        env["SPOTPOOL_NOTICE_HOST"] = "0.0.0.0"
+        env["SPOTPOOL_NOTICE_PORT"] = str(config.notices.port)
+        env["SPOTPOOL_NOTICE_URL"] = config.notices.url or notice_service_url(config)
     return [{"name": key, "value": value} for key, value in env.items()]
 
 
@@ -114,7 +118,12 @@ def _container(config: InstallConfig) -> dict[str, Any]:
         "ports": [
             {"name": "metrics", "containerPort": config.metrics.port, "protocol": "TCP"},
             {"name": "liveness", "containerPort": LIVENESS_PORT, "protocol": "TCP"},
-        ],
+        ]
+        + (
+            [{"name": "notices", "containerPort": config.notices.port, "protocol": "TCP"}]
+            if config.notices.enabled
+            else []
+        ),
         # kopf answers /healthz once it has connected and started its watches.
         "startupProbe": _probe(period=5, failures=36),
         "livenessProbe": _probe(period=20, failures=3),
@@ -222,6 +231,40 @@ def metrics_service(config: InstallConfig) -> dict[str, Any]:
                     "name": "metrics",
                     "port": config.metrics.port,
                     "targetPort": "metrics",
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+
+
+def notice_service_name(config: InstallConfig) -> str:
+    return f"{config.name}-notices"
+
+
+def notice_service_url(config: InstallConfig) -> str:
+    """The notices Service by its in-cluster name (agents that use the cluster's DNS)."""
+    return f"http://{notice_service_name(config)}.{config.namespace}.svc:{config.notices.port}"
+
+
+def notice_service(config: InstallConfig) -> dict[str, Any]:
+    """Where the pools' agents report termination notices. Every replica listens; one that
+    does not serve the pool's shard answers 503 and the agent retries (another may)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            **metadata(config, notice_service_name(config), config.namespace),
+            "annotations": dict(config.notices.service_annotations),
+        },
+        "spec": {
+            "type": config.notices.service_type,
+            "selector": selector_labels(config),
+            "ports": [
+                {
+                    "name": "notices",
+                    "port": config.notices.port,
+                    "targetPort": "notices",
                     "protocol": "TCP",
                 }
             ],
