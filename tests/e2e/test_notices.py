@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from spotpool.localworld.agents import NoticeAgents
 from spotpool.localworld.emulator import free_port
@@ -46,6 +47,16 @@ def world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Oper
 
 def _when(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _samples(text: str) -> dict[tuple[str, str], float]:
+    """The notice metrics of a scrape: (name, result or event) -> value."""
+    return {
+        (sample.name, sample.labels.get("result") or sample.labels.get("event", "")): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name in ("spotpool_notice_reports_total", "spotpool_surges_total")
+    }
 
 
 def _by_slot(status: dict[str, Any]) -> dict[int, str]:
@@ -87,6 +98,11 @@ def test_a_notice_replaces_the_instance_before_the_cloud_takes_it(world: Operato
 
         status = world.wait_until(promoted, "the promotion", timeout=NOTICE + 60)
         assert agents.exit_codes()[victim] == 0  # it reported, then exited
+        counted = _samples(world.metrics())
+        assert counted[("spotpool_notice_reports_total", "accepted")] == 1
+        assert counted[("spotpool_surges_total", "started")] == 1
+        assert counted[("spotpool_surges_total", "promoted")] == 1
+        assert counted[("spotpool_surges_total", "retired")] == 0
     finally:
         agents.stop()
 
