@@ -10,6 +10,7 @@ moment it stops holding it, `on_lost` is called to cancel what is running.
 """
 
 import asyncio
+import concurrent.futures
 import json
 import logging
 import socket
@@ -23,6 +24,10 @@ import kubernetes
 log = logging.getLogger("spotpool_operator.lease")
 HOLDERS = "spotpool.devops.jokerbai.com/holders"  # JSON list of hostnames, oldest first
 KEEP_HOLDERS = 32
+# Renewals get a thread of their own: in asyncio's shared pool they would queue behind the
+# pools' work (a thousand pools' Secret reads and checkpoint reads at a restart) and the
+# Lease would slip away from a busy but healthy operator.
+LEASE_THREAD = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="lease")
 
 
 def _now() -> datetime:
@@ -157,7 +162,7 @@ class OperatorLease:
         """Acquire and keep renewing until cancelled; tell `on_lost` when it slips away."""
         while True:
             try:
-                holding = await asyncio.to_thread(self.step)
+                holding = await asyncio.get_running_loop().run_in_executor(LEASE_THREAD, self.step)
             except Exception as error:  # a conflict or a blip: `held()` runs out on its own
                 log.warning("Lease %s/%s: %s", self.namespace, self.name, _short(error))
                 holding = self.held()
