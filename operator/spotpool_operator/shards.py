@@ -246,6 +246,12 @@ class ShardLeases:
             for s, lease in enumerate(self.leases)
         }
         plan = assign(self.count, self.holders, members)
+        legacy = listing.get(self.base) if self.count > 1 else None
+        if legacy is not None and live_holder(legacy, now, self.duration):
+            # A replica from before shards holds the single Lease (a rollout from that
+            # version): it writes every stack until it lets go, so this one holds nothing.
+            log.warning("Lease %s is held (an unsharded replica): waiting", self.base)
+            plan = {}
         if len(members) != self.replicas:
             log.info("%d replica(s) now share %d shard(s)", len(members), self.count)
             self.replicas = len(members)

@@ -5,7 +5,9 @@ with its whole process tree, and its pools served again by the others once its s
 expire — with no leaked, duplicated or stuck pool; pools deleted by their shard's holder."""
 
 import json
+import os
 import re
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,7 +20,7 @@ import pytest
 from spotpool_operator.sharding import shard_of
 
 from spotpool.cluster import s3
-from spotpool.localworld.emulator import EmulatorProcess, start_emulator
+from spotpool.localworld.emulator import SPOTPOOL, EmulatorProcess, start_emulator
 from spotpool.localworld.kube import Kube
 from tests.conftest import require_tool
 from tests.operator.world import OperatorWorld, pool_manifest
@@ -137,6 +139,16 @@ def _assert_one_writer_at_a_time(fleet: Fleet) -> int:
     return sum(len(spans) for by_stack in runs.values() for spans in by_stack.values())
 
 
+def _shards_report(fleet: Fleet) -> dict[str, Any]:
+    command = [str(SPOTPOOL), "shards", "--lease-namespace", fleet.lease_namespace,
+               "--format", "json"]  # fmt: skip
+    env = {**os.environ, "KUBECONFIG": str(fleet.kube.kubeconfig)}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
 def _ids(pool: dict[str, Any]) -> list[str]:
     return sorted(i["instanceId"] for i in pool["status"].get("instances") or [])
 
@@ -165,6 +177,13 @@ def test_replicas_share_the_pools_and_take_over_a_killed_ones(fleet: Fleet) -> N
     held = fleet.held()
     assert set().union(*held.values()) == set(range(SHARDS))
     owner = {s: name for name, shards in held.items() for s in shards}
+    report = _shards_report(fleet)  # `spotpool shards`, as a person would ask
+    hosts = {name: world.hostname for name, world in fleet.replicas.items()}
+    assert {r["shard"]: r["holder"] for r in report["shards"]} == {
+        s: hosts[name] for s, name in owner.items()
+    }
+    assert report["pools"] >= POOLS  # (other tests' pools count too: it reads the cluster)
+    assert sum(r["pools"] for r in report["replicas"]) == report["pools"]
     time.sleep(REFRESH / 2)  # the new holder looks at its pools: no up, nothing replaced
     for name in names:
         assert _ids(a.get(ns, name) or {}) == _ids(pools[name]), name

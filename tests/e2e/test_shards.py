@@ -100,3 +100,23 @@ def test_replicas_divide_the_shards_and_take_over_a_dead_ones(
     left = api.list_namespaced_lease(namespace).items  # type: ignore[attr-defined]
     held = {i.metadata.name for i in left if i.spec.holder_identity}
     assert held == {"sp-member-host-c"}  # all given back; only the dead one's membership
+
+
+def test_no_shard_is_taken_while_an_unsharded_replica_holds_the_single_lease(
+    leases: tuple[object, str],
+) -> None:
+    """A rollout from before shards: the old pod holds the one Lease `sp` and writes every
+    stack; a new replica holds no shard until it lets go."""
+    api, namespace = leases
+    old = ShardLeases(api, namespace, "sp", 1, DURATION, hostname="old-pod")
+    old.step()
+    assert old.holds(0)
+    new = ShardLeases(api, namespace, "sp", SHARDS, DURATION, hostname="new-pod")
+    for _ in range(3):
+        new.step()
+        old.step()
+    assert not any(new.holds(s) for s in range(SHARDS))
+    old.release_all()  # the old pod ends (SIGTERM)
+    new.step()
+    assert all(new.holds(s) for s in range(SHARDS))
+    new.release_all()
