@@ -18,8 +18,14 @@ def _pyplot() -> Any:
     return plt
 
 
-def _percentile(ordered: Sequence[float], share: float) -> float:
-    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+def percentile(values: Sequence[float], share: float) -> float:
+    """Linear between the closest ranks (numpy's default): p50 is the median, and a plot's
+    legend and a benchmark's printed figures agree."""
+    ordered = sorted(values)
+    position = share * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def latency_cdf(
@@ -37,7 +43,7 @@ def latency_cdf(
         if not ordered:
             continue
         shares = [(n + 1) / len(ordered) for n in range(len(ordered))]
-        p50, p95 = _percentile(ordered, 0.5), _percentile(ordered, 0.95)
+        p50, p95 = percentile(ordered, 0.5), percentile(ordered, 0.95)
         (line,) = axes.step(
             [0.0, *ordered], [0.0, *shares], where="post",
             label=f"{name}: p50 {p50:.1f} s, p95 {p95:.1f} s (n={len(ordered)})",

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from pydantic import SecretStr  # noqa: E402
 from tencentcloud.cvm.v20170312 import models  # noqa: E402
 
-from bench.plots import latency_cdf  # noqa: E402
+from bench.plots import latency_cdf, percentile  # noqa: E402
 from spotpool.engine import cloud  # noqa: E402
 from spotpool.engine.credentials import Credentials  # noqa: E402
 from spotpool.localworld.agents import NoticeAgents  # noqa: E402
@@ -166,11 +166,6 @@ def settled(world: OperatorWorld, namespace: str, size: int) -> None:
         return status.get("readyReplicas") == size and not status.get("surges")
 
     world.wait_until(done, "the pool settled", 120)
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
 def main() -> None:
