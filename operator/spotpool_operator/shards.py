@@ -30,7 +30,7 @@ from typing import Any
 import kubernetes
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from spotpool_operator.lease import OperatorLease
+from spotpool_operator.lease import LEASE_THREAD, OperatorLease
 from spotpool_operator.sharding import (
     MEMBER_INFIX,
     assign,
@@ -353,15 +353,17 @@ class ShardLeases:
     async def run(self) -> None:
         """Keep the shards until cancelled: a round every third of the duration, and a look
         every half second for a shard whose Lease slipped away (renewals failing)."""
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
         watch = asyncio.create_task(self._watch(), name="shard-watch")
         try:
             while True:
+                started = time.monotonic()
                 try:
-                    await asyncio.to_thread(self.step)
+                    await loop.run_in_executor(LEASE_THREAD, self.step)  # own thread
                 except Exception as error:  # a conflict or a blip: `held()` runs out on its own
                     log.warning("shard Leases: %s", _short(error))
-                await asyncio.sleep(self.duration / 3)
+                # A round every third of the duration, however long the renewals took.
+                await asyncio.sleep(max(0.0, self.duration / 3 - (time.monotonic() - started)))
         finally:
             watch.cancel()
 
