@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from spotpool.localworld.kube import Kube
-from tests.conftest import require_tool
-from tests.emulator.harness import start_emulator
+from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, pool_manifest
 
 pytestmark = pytest.mark.e2e
@@ -27,29 +26,12 @@ LIMITS = {
 
 @pytest.fixture(scope="module")
 def world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorWorld]:
-    require_tool("pulumi")
-    require_tool("pulumi-resource-tencentcloud")
-    directory = tmp_path_factory.mktemp("capacity")
-    (directory / "backend").mkdir()
-    emulator = start_emulator(directory / "cloud.db", directory / "emulator.log", boot_seconds=1)
-    operator = OperatorWorld(
-        kube,
-        emulator,
-        directory,
-        refresh_seconds=10,
-        env={
-            "SPOTPOOL_API_LIMITS": ",".join(f"{k}={v}" for k, v in LIMITS.items()),
-            "SPOTPOOL_AVOID_FOR": "3m",
-        },
-    )
-    try:
-        operator.start()
-        yield operator
-    finally:
-        operator.stop()
-        for namespace in operator.namespaces:
-            kube.run("delete", "namespace", namespace, "--wait=false")
-        emulator.stop()
+    limits = ",".join(f"{k}={v}" for k, v in LIMITS.items())
+    with operator_world(
+        kube, tmp_path_factory.mktemp("capacity"), refresh_seconds=10,
+        env={"SPOTPOOL_API_LIMITS": limits, "SPOTPOOL_AVOID_FOR": "3m"},
+    ) as world:  # fmt: skip
+        yield world
 
 
 def stock(world: OperatorWorld, zone: str, available: int | None, kind: str = TYPE) -> None:

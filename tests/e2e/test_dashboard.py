@@ -10,9 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from spotpool_deploy import monitoring
 
 from spotpool.localworld.kube import Kube
-from tests.conftest import require_tool
 from tests.deploy.dashboard_queries import exposed, problems
-from tests.emulator.harness import start_emulator
+from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, pool_manifest
 
 pytestmark = pytest.mark.e2e
@@ -20,20 +19,9 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorWorld]:
-    require_tool("pulumi")
-    require_tool("pulumi-resource-tencentcloud")
     directory = tmp_path_factory.mktemp("operator-dashboard")
-    (directory / "backend").mkdir()
-    emulator = start_emulator(directory / "cloud.db", directory / "emulator.log", boot_seconds=1)
-    operator = OperatorWorld(kube, emulator, directory, namespace_prefix="dash-")
-    try:
-        operator.start()
-        yield operator
-    finally:
-        operator.stop()
-        for namespace in operator.namespaces:
-            kube.run("delete", "namespace", namespace, "--wait=false")
-        emulator.stop()
+    with operator_world(kube, directory, namespace_prefix="dash-") as world:
+        yield world
 
 
 def test_the_dashboard_queries_only_what_the_running_operator_exports(

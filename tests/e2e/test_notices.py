@@ -13,8 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from spotpool.localworld.agents import NoticeAgents
 from spotpool.localworld.emulator import free_port
 from spotpool.localworld.kube import Kube
-from tests.conftest import require_tool
-from tests.emulator.harness import start_emulator
+from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, pool_manifest
 
 pytestmark = pytest.mark.e2e
@@ -23,26 +22,12 @@ BOOT, NOTICE = 2.0, 45.0
 
 @pytest.fixture
 def world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorWorld]:
-    require_tool("pulumi")
-    require_tool("pulumi-resource-tencentcloud")
-    directory = tmp_path_factory.mktemp("notices")
-    (directory / "backend").mkdir()
-    emulator = start_emulator(
-        directory / "cloud.db", directory / "emulator.log", boot_seconds=BOOT,
-        reclaim_notice_seconds=NOTICE,
-    )  # fmt: skip
-    operator = OperatorWorld(
-        kube, emulator, directory, refresh_seconds=60, namespace_prefix="notice-",
+    with operator_world(
+        kube, tmp_path_factory.mktemp("notices"), boot_seconds=BOOT, notice_seconds=NOTICE,
+        refresh_seconds=60, namespace_prefix="notice-",
         env={"SPOTPOOL_NOTICE_PORT": str(free_port())},
-    )  # fmt: skip
-    try:
-        operator.start()
-        yield operator
-    finally:
-        operator.stop()
-        for namespace in operator.namespaces:
-            kube.run("delete", "namespace", namespace, "--wait=false")
-        emulator.stop()
+    ) as world:  # fmt: skip
+        yield world
 
 
 def _when(text: str) -> float:

@@ -16,8 +16,8 @@ from spotpool.engine import cloud
 from spotpool.engine.backend_files import open_backend
 from spotpool.engine.credentials import Credentials
 from spotpool.localworld.kube import Kube
-from tests.conftest import require_tool
-from tests.emulator.harness import spot_request, start_emulator
+from tests.e2e.conftest import operator_world
+from tests.emulator.harness import spot_request
 from tests.operator.world import OperatorWorld, article_manifest, pool_manifest
 
 pytestmark = pytest.mark.e2e
@@ -26,20 +26,8 @@ LEASE_NAME = "spotpool-operator"
 
 @pytest.fixture(scope="module")
 def world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorWorld]:
-    require_tool("pulumi")
-    require_tool("pulumi-resource-tencentcloud")
-    directory = tmp_path_factory.mktemp("operator")
-    (directory / "backend").mkdir()
-    emulator = start_emulator(directory / "cloud.db", directory / "emulator.log", boot_seconds=1)
-    operator = OperatorWorld(kube, emulator, directory)
-    try:
-        operator.start()
-        yield operator
-    finally:
-        operator.stop()
-        for namespace in operator.namespaces:
-            kube.run("delete", "namespace", namespace, "--wait=false")
-        emulator.stop()
+    with operator_world(kube, tmp_path_factory.mktemp("operator")) as world:
+        yield world
 
 
 def _instance_ids(status: dict[str, object]) -> list[str]:

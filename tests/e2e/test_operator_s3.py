@@ -7,8 +7,8 @@ import pytest
 from spotpool.cluster import s3
 from spotpool.localworld.kube import Kube
 from tests.conftest import require_tool
+from tests.e2e.conftest import operator_world
 from tests.e2e.test_operator import killed_mid_up_and_replaced_under_another_hostname
-from tests.emulator.harness import start_emulator
 from tests.operator.world import OperatorWorld
 
 pytestmark = pytest.mark.e2e
@@ -16,23 +16,16 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def s3_world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorWorld]:
-    for tool in ("pulumi", "pulumi-resource-tencentcloud", "versitygw"):
-        require_tool(tool)
+    require_tool("versitygw")
     directory = tmp_path_factory.mktemp("operator-s3")
     server = s3.start(directory / "s3")
-    emulator = start_emulator(directory / "cloud.db", directory / "emulator.log", boot_seconds=1)
-    operator = OperatorWorld(
-        kube, emulator, directory, backend_url=server.backend_url, backend_env=server.env,
-        namespace_prefix="s3-",
-    )  # fmt: skip
     try:
-        operator.start()
-        yield operator
+        with operator_world(
+            kube, directory, backend_url=server.backend_url, backend_env=server.env,
+            namespace_prefix="s3-",
+        ) as world:  # fmt: skip
+            yield world
     finally:
-        operator.stop()
-        for namespace in operator.namespaces:
-            kube.run("delete", "namespace", namespace, "--wait=false")
-        emulator.stop()
         server.stop()
 
 
