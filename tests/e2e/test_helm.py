@@ -18,20 +18,17 @@ from spotpool_deploy.objects import identity
 
 from spotpool.localworld.kube import Kube
 from tests.conftest import require_tool
-from tests.e2e import installs, pod
+from tests.e2e import installs
 from tests.e2e.conftest import local_cluster
 from tests.e2e.test_deploy import (
     CRDS,
     LEASES,
     NAMESPACES,
     POOLS,
-    _events,
     _nothing_more,
-    _pool,
-    _wait,
+    operator_serves_only_team_a,
 )
-from tests.emulator.harness import SECRET_ID, SECRET_KEY, start_emulator
-from tests.operator.world import pool_manifest
+from tests.emulator.harness import start_emulator
 
 pytestmark = pytest.mark.e2e
 
@@ -163,39 +160,13 @@ def test_the_operator_runs_on_nothing_but_the_charts_service_account(
     _namespaces(cluster, "team-a", "other")
     values = tmp_path / "values.yaml"
     values.write_text(f"watchNamespaces: [team-a]\ncloudEndpoint: {emulator.endpoint}\n")
-    log = tmp_path / "operator.log"
     try:
         helm(cluster, "install", RELEASE, str(CHART), *release, "--values", str(values))
         installed = _docs(helm(cluster, "get", "manifest", RELEASE, *release))
         (deployment,) = [o for o in installed if o["kind"] == "Deployment"]
-        for ns in ("team-a", "other"):
-            cluster.ok("-n", ns, "create", "secret", "generic", "tencentcloud",
-                       f"--from-literal=secretId={SECRET_ID}",
-                       f"--from-literal=secretKey={SECRET_KEY}")  # fmt: skip
-            cluster.ok("-n", ns, "apply", "-f", "-", stdin=json.dumps(pool_manifest("gpu")))
-        kubeconfig = installs.kubeconfig_for(
-            cluster, "pools-system", "spotpool-operator", tmp_path / "operator.kubeconfig"
+        operator_serves_only_team_a(
+            cluster, deployment, "pools-system", tmp_path, "helm-e2e-passphrase"
         )
-        env = pod.environment(deployment, kubeconfig, tmp_path / "pod")
-        pod.write_passphrase(env, "helm-e2e-passphrase")
-        with pod.operator(env, log):
-            ready = _wait(
-                "the pool to converge",
-                lambda: (_pool(cluster, "team-a") or {}).get("status", {}).get("readyReplicas"),
-            )
-            assert ready == 1, log.read_text(errors="replace")[-3000:]
-            pool = _pool(cluster, "team-a")
-            assert pool is not None
-            assert "devops.jokerbai.com/finalizer" in pool["metadata"]["finalizers"]
-            assert ("Normal", "Converged") in _events(cluster, "team-a", "gpu")
-            cluster.ok("-n", "team-a", "delete", POOLS, "gpu", "--wait=false")
-            _wait("the pool's stack destroyed", lambda: _pool(cluster, "team-a") is None)
-        other = _pool(cluster, "other")
-        assert other is not None
-        assert "status" not in other and not other["metadata"].get("finalizers")
-        text = log.read_text(errors="replace")
-        for sign in ("Forbidden", "Not enough permissions", "not readable", "from $PATH"):
-            assert sign not in text, text[-3000:]
     finally:
         emulator.stop()
         cluster.run("-n", "team-a", "patch", POOLS, "gpu", "--type=merge",
