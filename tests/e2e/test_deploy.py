@@ -40,7 +40,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
         yield kube
 
 
-def _namespaces(kube: Kube, *names: str) -> None:
+def namespaces(kube: Kube, *names: str) -> None:
     for name in names:
         if kube.run("get", "namespace", name).returncode != 0:
             kube.ok("create", "namespace", name)
@@ -69,7 +69,7 @@ def test_the_kustomization_installs_everything_as_configured_and_deletes_cleanly
     _admitted_as_restricted(cluster, wanted)
 
     account = "system:serviceaccount:spotpool-system:spotpool-operator"
-    _namespaces(cluster, "team-a")
+    namespaces(cluster, "team-a")
     for where in (["-n", "team-a"], ["-n", "default"], ["--all-namespaces"]):
         for verb in ("get", "list", "watch", "patch"):
             assert installs.can(cluster, account, verb, POOLS, *where), (verb, where)
@@ -91,12 +91,18 @@ def test_the_kustomization_installs_everything_as_configured_and_deletes_cleanly
 
 
 def _admitted_as_restricted(kube: Kube, wanted: list[dict[str, Any]]) -> None:
-    """The Deployment's pod passes the namespace's `restricted` Pod Security admission (no
-    controller makes the pod here, so a server-side dry run of it does)."""
+    """The install's namespace enforces `restricted` Pod Security, and its Deployment's pod
+    passes it."""
     (namespace,) = [o for o in wanted if o["kind"] == "Namespace"]
     labels = namespace["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
     (deployment,) = [o for o in wanted if o["kind"] == "Deployment"]
+    pod_is_admitted(kube, deployment)
+
+
+def pod_is_admitted(kube: Kube, deployment: dict[str, Any]) -> None:
+    """The Deployment's pod passes its namespace's Pod Security admission (no controller makes
+    the pod here, so a server-side dry run of it does)."""
     template = deployment["spec"]["template"]
     pod = {
         "apiVersion": "v1",
@@ -129,7 +135,7 @@ def test_an_install_for_some_namespaces_grants_rights_only_there(
         "team-a",
         "team-b",
     ]
-    _namespaces(cluster, "team-a", "team-b", "other")
+    namespaces(cluster, "team-a", "team-b", "other")
     cluster.ok("apply", "-k", str(directory))
     installs.assert_installed(cluster, wanted)
 
@@ -270,7 +276,7 @@ def test_the_operator_runs_with_nothing_but_its_accounts_rights(
     settings.write_text(f"watchNamespaces: [team-a]\ncloudEndpoint: {emulator.endpoint}\n")
     directory = installs.render(tmp_path / "k", "--config", str(settings))
     (deployment,) = [o for o in installs.objects(directory) if o["kind"] == "Deployment"]
-    _namespaces(cluster, "team-a", "other")
+    namespaces(cluster, "team-a", "other")
     cluster.ok("apply", "-k", str(directory))
     try:
         operator_serves_only_team_a(
@@ -292,7 +298,7 @@ def test_the_deploy_program_creates_what_the_kustomization_does_updates_and_dest
     (foreground deletion: the controller manager's garbage collector)."""
     require_tool("pulumi")
     require_tool("pulumi-resource-kubernetes")
-    _namespaces(cluster, "team-a", "team-b")
+    namespaces(cluster, "team-a", "team-b")
     state = tmp_path / "state"
 
     def pulumi(operation: str, watch: str) -> None:

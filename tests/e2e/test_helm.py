@@ -26,7 +26,9 @@ from tests.e2e.test_deploy import (
     NAMESPACES,
     POOLS,
     _nothing_more,
+    namespaces,
     operator_serves_only_team_a,
+    pod_is_admitted,
 )
 from tests.emulator.harness import start_emulator
 
@@ -68,30 +70,10 @@ def _restricted_namespace(kube: Kube, name: str) -> None:
     kube.ok("label", "namespace", name, "pod-security.kubernetes.io/enforce=restricted")
 
 
-def _namespaces(kube: Kube, *names: str) -> None:
-    for name in names:
-        if kube.run("get", "namespace", name).returncode != 0:
-            kube.ok("create", "namespace", name)
-
-
-def _pod_is_admitted(kube: Kube, deployment: dict[str, Any]) -> None:
-    """The Deployment's pod passes the namespace's `restricted` admission (server dry run)."""
-    template = deployment["spec"]["template"]
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {**template["metadata"], "name": "admission-check"},
-        "spec": template["spec"],
-    }
-    ns = deployment["metadata"]["namespace"]
-    result = kube.run("-n", ns, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(body))
-    assert result.returncode == 0 and "PodSecurity" not in result.stderr, result.stderr
-
-
 def test_helm_installs_upgrades_and_uninstalls_with_least_privilege(cluster: Kube) -> None:
     assert "0 chart(s) failed" in helm(cluster, "lint", "--strict", str(CHART))
     _restricted_namespace(cluster, "spotpool-system")
-    _namespaces(cluster, "team-a", "team-b", "other")
+    namespaces(cluster, "team-a", "team-b", "other")
     release = ["--namespace", "spotpool-system"]
 
     # Install: every namespace (the default scope).
@@ -100,7 +82,7 @@ def test_helm_installs_upgrades_and_uninstalls_with_least_privilege(cluster: Kub
     assert wanted == _docs(helm(cluster, "template", RELEASE, str(CHART), *release))
     installs.assert_installed(cluster, wanted)
     (deployment,) = [o for o in wanted if o["kind"] == "Deployment"]
-    _pod_is_admitted(cluster, deployment)
+    pod_is_admitted(cluster, deployment)
     account = "system:serviceaccount:spotpool-system:spotpool-operator"
     for where in (["-n", "team-a"], ["-n", "default"], ["--all-namespaces"]):
         for verb in ("get", "list", "watch", "patch"):
@@ -157,7 +139,7 @@ def test_the_operator_runs_on_nothing_but_the_charts_service_account(
     emulator = start_emulator(tmp_path / "cloud.db", tmp_path / "emulator.log", boot_seconds=1)
     release = ["--namespace", "pools-system"]
     _restricted_namespace(cluster, "pools-system")
-    _namespaces(cluster, "team-a", "other")
+    namespaces(cluster, "team-a", "other")
     values = tmp_path / "values.yaml"
     values.write_text(f"watchNamespaces: [team-a]\ncloudEndpoint: {emulator.endpoint}\n")
     try:
