@@ -31,7 +31,7 @@ from pydantic.alias_generators import to_camel
 
 from spotpool.api.spec import DURATION
 from spotpool_deploy.config import DNS_LABEL, VERSION, InstallConfig
-from spotpool_deploy.kustomize import dump
+from spotpool_deploy.kustomize import dump, files_drift
 from spotpool_deploy.objects import Object, identity, render
 
 CHART_NAME = "spotpool"
@@ -752,14 +752,7 @@ def drift(directory: Path) -> list[str]:
         if directory.is_dir()
         else set()
     )
-    problems = [f"{name} is missing" for name in wanted if name not in present]
-    problems += [
-        f"{name} differs"
-        for name in wanted
-        if name in present and (directory / name).read_text() != wanted[name]
-    ]
-    problems += [f"{name} is not part of the chart" for name in sorted(present - set(wanted))]
-    return problems
+    return files_drift(wanted, present, directory, "the chart")
 
 
 def values_for(config: InstallConfig) -> dict[str, Any]:

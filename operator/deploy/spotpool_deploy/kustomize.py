@@ -75,13 +75,20 @@ def write(config: InstallConfig, directory: Path) -> list[Path]:
 
 def drift(config: InstallConfig, directory: Path) -> list[str]:
     """What differs between `directory` and the install: files missing, changed or extra."""
-    wanted = files(config)
     present = {path.name for path in directory.glob("*.yaml")} if directory.is_dir() else set()
+    return files_drift(files(config), present, directory, "the install")
+
+
+def files_drift(
+    wanted: dict[str, str], present: set[str], directory: Path, whole: str
+) -> list[str]:
+    """`wanted` (name -> text) against the `present` files of `directory`: what is missing,
+    changed, or not part of `whole`."""
     problems = [f"{name} is missing" for name in wanted if name not in present]
     problems += [
         f"{name} differs"
         for name in wanted
         if name in present and (directory / name).read_text() != wanted[name]
     ]
-    problems += [f"{name} is not part of the install" for name in sorted(present - set(wanted))]
+    problems += [f"{name} is not part of {whole}" for name in sorted(present - set(wanted))]
     return problems
