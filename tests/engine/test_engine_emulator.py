@@ -169,6 +169,10 @@ def test_up_reclaim_replace_and_destroy_on_an_s3_backend(s3_world: EngineWorld) 
 
 def _killed_up_is_recovered(world: EngineWorld) -> None:
     stack = world.pool()
+    # Slow the provider's wait for RUNNING, so that the kill lands mid-run however fast the
+    # engine is (an up that ends before the kill leaves nothing to recover).
+    slow = {"Service": "cvm", "Action": "DescribeInstances", "Rate": 0.0, "LatencyMs": 1500}
+    world.emulator.admin_ok("POST", "/_emulator/faults", slow)
     settings_json = world.settings.model_dump_json()
     settings_json = json.dumps(
         {**json.loads(settings_json), "passphrase": "engine-tests-passphrase"}
@@ -193,6 +197,7 @@ def _killed_up_is_recovered(world: EngineWorld) -> None:
     run.wait(timeout=30)
     time.sleep(0.5)
     made_before_the_kill = set(world.cloud_instances(stack))
+    world.emulator.admin_ok("DELETE", "/_emulator/faults")
 
     result = stack.up(world.config(stack, 4))
 

@@ -5,7 +5,9 @@ After `up`, the Automation API runs three more CLI processes to build its result
 process start and a backend read (0.2-0.5 s, more on a busy node), and the engine then exports
 the state anyway. Here the outputs come from that one export (kept for the engine's own next
 look), and the change summary from the run's own summary event: an `up` costs the run and one
-export, a targeted replacement two CLI processes instead of four.
+export, a targeted replacement two CLI processes instead of four. A stack is opened in one
+`stack select --create` run (the Automation API runs a failing select, then `stack init`), and
+a stack that run just created is known to be empty: no export, no tag listing before its `up`.
 """
 
 import json
@@ -16,6 +18,7 @@ from typing import Any
 
 from pulumi import automation as auto
 from pulumi.automation import events
+from pulumi.automation._stack import StackInitMode
 
 STACK_TYPE = "pulumi:pulumi:Stack"
 SECRET_SIG = "4dabf18193072939515e22adb298388d"  # Pulumi's marker of a secret value in state
@@ -30,13 +33,22 @@ class LeanStack(auto.Stack):
     _summary: events.SummaryEvent | None
     _summary_seen: threading.Event
     _exported: auto.Deployment | None
+    created: bool  # the run that opened it created it: empty, no tags, until its first run
 
     @classmethod
-    def wrap(cls, stack: auto.Stack) -> "LeanStack":
-        """The same stack (workspace, program, selection), without selecting it again."""
+    def open(cls, name: str, workspace: auto.LocalWorkspace, create: bool) -> "LeanStack":
+        """Select the stack `name` in `workspace` in one CLI run, creating it if `create`
+        (raises `auto.StackNotFoundError` when it does not exist and `create` is off)."""
+        args = ["stack", "select", "--stack", name]
+        if create:
+            args += ["--create", "--secrets-provider", workspace.secrets_provider or "passphrase"]
+        env = {**({"PULUMI_HOME": workspace.pulumi_home} if workspace.pulumi_home else {}),
+               **workspace.env_vars}  # fmt: skip
+        reply = workspace.pulumi_command.run(args, workspace.work_dir, env)
         lean = cls.__new__(cls)
-        lean.__dict__.update(stack.__dict__)
+        lean.name, lean.workspace, lean._mode = name, workspace, StackInitMode.SELECT
         lean._summary, lean._summary_seen, lean._exported = None, threading.Event(), None
+        lean.created = create and f"Created stack '{name}'" in reply.stdout + reply.stderr
         return lean
 
     # --- the operations: capture the run's summary ------------------------------------------
@@ -53,7 +65,7 @@ class LeanStack(auto.Stack):
 
     def _capturing(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         """The operation's arguments with an `on_event` that also keeps its summary event."""
-        self._summary, self._exported = None, None
+        self._summary, self._exported, self.created = None, None, False
         self._summary_seen.clear()
         on_event: OnEvent | None = kwargs.get("on_event")
 

@@ -408,8 +408,9 @@ class PoolStack:
             watchdog.daemon = True
             watchdog.start()
             try:
-                if light:
+                if light or known.stack.created:  # a stack created just now is empty
                     state: Mapping[str, Any] = {}
+                    known.repaired = True
                 else:
                     state = _export(known.stack)
                     self._dead_run_slots = recovery.pending_slots(state)
@@ -478,26 +479,20 @@ class PoolStack:
     ) -> LeanStack:
         work_dir = work_dir or self._work_dir()
         work_dir.mkdir(parents=True, exist_ok=True)
-        options = auto.LocalWorkspaceOptions(
+        workspace = auto.LocalWorkspace(
             work_dir=str(work_dir),
             pulumi_command=pulumi_command(self.settings.tools_dir.parent),
             env_vars=self._run_env(),
             secrets_provider="passphrase",
+            program=load_program(self.settings.project_dir),
             project_settings=auto.ProjectSettings(
                 name=PROJECT,
                 runtime="python",
+                main=os.getcwd(),  # as the Automation API sets it for an inline program
                 backend=auto.ProjectBackend(url=backend or self.settings.backend_url),
             ),
         )
-        choose = auto.create_or_select_stack if create else auto.select_stack
-        return LeanStack.wrap(
-            choose(
-                self.name,
-                project_name=PROJECT,
-                program=load_program(self.settings.project_dir),
-                opts=options,
-            )
-        )
+        return LeanStack.open(self.name, workspace, create)
 
     def _run_env(self) -> dict[str, str]:
         env = {
@@ -565,7 +560,7 @@ class PoolStack:
             "spotpool:name": self.pool.name,
             "spotpool:uid": self.pool.uid,
         }
-        current = stack.list_tags()
+        current = {} if known.stack.created else stack.list_tags()
         for key, value in wanted.items():
             if current.get(key) != value:
                 stack.set_tag(key, value)
