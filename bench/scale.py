@@ -8,14 +8,14 @@ its own (`unshare --uts`, as pods), dividing `--shards` shard Leases. For each r
    every pool is Ready;
 2. idle: over `--idle` seconds (refresh interval `--interval`), CPU % of a core and RSS of each
    replica's process tree;
-3. storm (for the largest replica count): `--storm` of all instances reclaimed at once; the
-   time until every one is replaced, and the capacity gap (desired - ready, all pools) sampled
-   over time — plotted to `--plot`;
+3. storm (for the largest replica count, measured first): `--storm` of all instances reclaimed
+   at once; the time until every one is replaced, and the capacity gap (desired - ready, all
+   pools) sampled over time — plotted to `--plot`;
 4. failover (for the largest replica count): one replica SIGKILLed with its whole tree and an
    instance of each of its pools reclaimed; the time until its shards are held again, and
    until those pools are whole again.
 
-    .venv/bin/python bench/scale.py [--pools 100] [--replicas 1,2,4] [--shards 16]
+    .venv/bin/python bench/scale.py [--pools 1000] [--replicas 4,2,1] [--shards 16]
 
 A Pulumi `up` costs about two CPU-seconds (engine and provider), so N pools cost about 2N
 CPU-seconds to converge whatever the replica count: replicas spread the work across cores
@@ -148,10 +148,14 @@ def phase(work: Path, replicas: int, args: argparse.Namespace, last: bool) -> di
                 pools = _pools(base, namespace)
                 return all(_ready(pools.get(n, {}), c) for n, c in wanted.items())
 
+            cpu_before = sum(_cpu(p) for w in worlds for p in _tree(w))
             base.wait_until(all_ready, f"{args.pools} pools Ready", timeout=args.timeout)
             figures["converge_s"] = time.monotonic() - started
+            cpu = sum(_cpu(p) for w in worlds for p in _tree(w)) - cpu_before
             print(f"  {replicas} replica(s): {args.pools} pools ({sum(wanted.values())} "
-                  f"instances) converged from nothing in {figures['converge_s']:.0f} s",
+                  f"instances) converged from nothing in {figures['converge_s']:.0f} s "
+                  f"({60 * args.pools / figures['converge_s']:.0f} pools a minute; the "
+                  f"replicas' trees used {cpu / args.pools:.1f} CPU-s a pool)",
                   flush=True)  # fmt: skip
             time.sleep(10)  # the last status writes and watches settle
             idle = _idle(worlds, args.idle)
@@ -250,8 +254,8 @@ def failover(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pools", type=int, default=100)
-    parser.add_argument("--replicas", default="1,2,4", help="replica counts, comma-separated")
+    parser.add_argument("--pools", type=int, default=1000)
+    parser.add_argument("--replicas", default="4,2,1", help="replica counts, comma-separated")
     parser.add_argument("--shards", type=int, default=16)
     parser.add_argument("--interval", type=int, default=60, help="refresh interval (s)")
     parser.add_argument("--idle", type=float, default=60.0, help="idle window (s)")
@@ -265,9 +269,9 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores; "
           f"{args.pools} pools, {args.shards} shards")  # fmt: skip
     results = []
-    for n, replicas in enumerate(counts):
+    for replicas in counts:  # the storm and failover run with the largest count
         with tempfile.TemporaryDirectory(prefix="spotpool-scale-") as tmp:
-            results.append(phase(Path(tmp), replicas, args, last=n == len(counts) - 1))
+            results.append(phase(Path(tmp), replicas, args, last=replicas == max(counts)))
     print("\nreplicas  converge  idle CPU % (each)        RSS MiB (each)")
     for figures in results:
         cpu = ", ".join(f"{c:.1f}" for c, _ in figures["idle"])

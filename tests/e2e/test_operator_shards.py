@@ -26,7 +26,7 @@ from tests.conftest import require_tool
 from tests.operator.world import OperatorWorld, pool_manifest
 
 pytestmark = pytest.mark.e2e
-POOLS, SHARDS, LEASE, REFRESH = 12, 8, 6.0, 20
+POOLS, SHARDS, LEASE, REFRESH = 30, 8, 6.0, 20
 RUN_LINE = re.compile(
     r"^\[(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\].*\] (?P<what>\w+) of (?P<stack>\S+) "
     r"(?P<edge>begins|ends)$"
