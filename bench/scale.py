@@ -144,9 +144,16 @@ def phase(work: Path, replicas: int, args: argparse.Namespace, last: bool) -> di
             base.kube.ok("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1",
                          "kind": "List", "items": items}))  # fmt: skip
 
+            shown = [started]
+
             def all_ready() -> bool:
                 pools = _pools(base, namespace)
-                return all(_ready(pools.get(n, {}), c) for n, c in wanted.items())
+                ready = sum(_ready(pools.get(n, {}), c) for n, c in wanted.items())
+                if time.monotonic() - shown[0] >= 60:  # progress, should the run be cut short
+                    shown[0] = time.monotonic()
+                    print(f"    {ready} of {args.pools} Ready after "
+                          f"{shown[0] - started:.0f} s", flush=True)  # fmt: skip
+                return ready == len(wanted)
 
             cpu_before = sum(_cpu(p) for w in worlds for p in _tree(w))
             base.wait_until(all_ready, f"{args.pools} pools Ready", timeout=args.timeout)
