@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -273,6 +274,9 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "scale-storm.png")
     args = parser.parse_args()
     counts = [int(c) for c in args.replicas.split(",")]
+    # Stopped by a signal, clean up the world (a background job ignores SIGINT otherwise).
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, signal.default_int_handler)
     print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores; "
           f"{args.pools} pools, {args.shards} shards")  # fmt: skip
     results = []
