@@ -42,9 +42,7 @@ class LeanStack(auto.Stack):
         args = ["stack", "select", "--stack", name]
         if create:
             args += ["--create", "--secrets-provider", workspace.secrets_provider or "passphrase"]
-        env = {**({"PULUMI_HOME": workspace.pulumi_home} if workspace.pulumi_home else {}),
-               **workspace.env_vars}  # fmt: skip
-        reply = workspace.pulumi_command.run(args, workspace.work_dir, env)
+        reply = workspace._run_pulumi_cmd_sync(args)  # the workspace's own env and home
         lean = cls.__new__(cls)
         lean.name, lean.workspace, lean._mode = name, workspace, StackInitMode.SELECT
         lean._summary, lean._summary_seen, lean._exported = None, threading.Event(), None
