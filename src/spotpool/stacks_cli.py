@@ -1,13 +1,15 @@
 """`spotpool stacks ls | show NAME`: each pool's stack beside its Spotpool, read-only."""
 
 import json
+import os
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from spotpool.engine import inventory
-from spotpool.engine.settings import EngineSettings
+from spotpool.engine.settings import EngineSettings, state_root
+from spotpool.preview import redact
 
 app = typer.Typer(help="Inspect the pools' Pulumi stacks (read-only).", no_args_is_help=True)
 console = Console()
@@ -49,3 +51,39 @@ def show_stack(name: str, backend: str | None = BACKEND) -> None:
         raise typer.BadParameter(f"no stack {name!r} in {settings.backend_for_display()}")
     view = inventory.view(settings, name)
     typer.echo(json.dumps(view.model_dump(mode="json", by_alias=True), indent=2))
+
+
+@app.command("copy-redacted")
+def copy_redacted(
+    target: str = typer.Option(
+        ...,
+        "--to",
+        envvar="SPOTPOOL_PREVIEW_BACKEND_URL",
+        help="The preview backend that receives the copy.",
+    ),
+    backend: str | None = BACKEND,
+) -> None:
+    """Copy every pool's stack into a preview backend, each secret replaced by a placeholder.
+
+    Pull-request previews read the copy: they never hold the operator's passphrase, and the
+    copy holds no production secret to decrypt. The source is only read, without its
+    passphrase. The copy is encrypted with $SPOTPOOL_PREVIEW_PASSPHRASE; S3 keys of the copy
+    come from $PREVIEW_AWS_ACCESS_KEY_ID / $PREVIEW_AWS_SECRET_ACCESS_KEY when set (else the
+    ambient AWS_* keys, which also read the source).
+    """
+    passphrase = os.environ.get("SPOTPOOL_PREVIEW_PASSPHRASE")
+    if not passphrase:
+        raise typer.BadParameter("set SPOTPOOL_PREVIEW_PASSPHRASE (the preview copy's own)")
+    source = backend or f"file://{state_root() / 'backend'}"
+    target_env = {
+        name: value
+        for name, key in (
+            ("AWS_ACCESS_KEY_ID", "PREVIEW_AWS_ACCESS_KEY_ID"),
+            ("AWS_SECRET_ACCESS_KEY", "PREVIEW_AWS_SECRET_ACCESS_KEY"),
+        )
+        if (value := os.environ.get(key))
+    }
+    copied = redact.copy_redacted(
+        source, target, passphrase, target_env=target_env, progress=console.print
+    )
+    console.print(f"{len(copied)} stack(s) copied without their secrets")

@@ -22,6 +22,7 @@ def main() -> SpotPool:
         notice_key=settings.get_secret("noticeKey"),
         surge=settings.get_object("surge") or [],
         promote=settings.get_object("promote") or [],
+        keep_secret_inputs=settings.get_object("keepSecretInputs") or [],
     )
     pulumi.export("pool", f"{config.pool.namespace}/{config.pool.name}")
     pulumi.export("desired", config.count)

@@ -19,6 +19,7 @@ from spotpool.api.stackconfig import TAG_INSTALL, StackConfig
 # What the cloud never reports back about an instance. An adopted instance keeps what it was
 # created with: setting these again would reset its password or, for hostname, reinstall it.
 NOT_READ_BACK = ["hostname", "password", "keyIds", "userDataRaw", "spotInstanceType"]
+SECRET_INPUTS = ["password", "userDataRaw"]  # inputs the stack holds as secrets
 
 
 class SpotPool(pulumi.ComponentResource):
@@ -35,6 +36,7 @@ class SpotPool(pulumi.ComponentResource):
         notice_key: pulumi.Input[str] | None = None,
         surge: list[int] | None = None,
         promote: list[int] | None = None,
+        keep_secret_inputs: list[str] | None = None,
     ) -> None:
         super().__init__("spotpool:index:SpotPool", name, None, opts)
         self._name = name
@@ -46,6 +48,9 @@ class SpotPool(pulumi.ComponentResource):
         # Surge slots: a second instance made on a termination notice, beside the slot's own.
         # Promoted slots: the surge instance becomes the slot's (an alias: a rename in state).
         self._promote = set(promote or [])
+        # A preview of the redacted copy (preview/redact.py): the state's placeholders stand
+        # for secret inputs whose fingerprint did not change, so they must not show as changes.
+        self._kept = [name for name in SECRET_INPUTS if name in (keep_secret_inputs or [])]
         self.instances = [self._slot(slot) for slot in range(config.count)]
         self.surges = {slot: self._slot(slot, surge=True) for slot in sorted(set(surge or []))}
         self.outputs = pulumi.Output.all(
@@ -97,7 +102,7 @@ class SpotPool(pulumi.ComponentResource):
                 # zone or charge type means a new instance (made before the old one goes).
                 replace_on_changes=["instanceType", "availabilityZone", "instanceChargeType"],
                 import_=adopted,
-                ignore_changes=NOT_READ_BACK if adopted else None,
+                ignore_changes=[*NOT_READ_BACK, *self._kept] if adopted else self._kept or None,
             ),
         )
 

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
@@ -293,10 +293,17 @@ class PoolStack:
             result.instances = [after[slot] for slot in sorted(after)]
         return result
 
-    def preview(self, config: StackConfig, login_password: str | None = None) -> OperationResult:
+    def preview(
+        self,
+        config: StackConfig,
+        login_password: str | None = None,
+        keep_secret_inputs: Sequence[str] = (),
+    ) -> OperationResult:
         """What `up` with `config` would change, leaving no trace: the stack's config and state
         stay byte-identical (a throwaway workspace, no lock); a pool without a stack yet is
-        previewed against an empty throwaway backend, so it shows as all-create."""
+        previewed against an empty throwaway backend, so it shows as all-create.
+        `keep_secret_inputs`: instance inputs (`password`, `userDataRaw`) that keep what the state
+        holds (a preview copy's placeholders) instead of this run's: the unchanged secrets."""
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="spotpool-preview-") as tmp:
             work_dir = Path(tmp) / "workspace"
@@ -310,6 +317,9 @@ class PoolStack:
                 except auto.StackNotFoundError:
                     stack = self._select(work_dir=work_dir, backend=f"file://{tmp}")
                 self._set_config(stack, config, login_password, tag=False)
+                if keep_secret_inputs:
+                    kept = auto.ConfigValue(json.dumps(sorted(keep_secret_inputs)))
+                    stack.set_config(f"{PROJECT}:keepSecretInputs", kept)
                 lines: list[str] = []
                 steps: list[tuple[str, str]] = []  # (urn, op) of every instance's step
                 reply = stack.preview(

@@ -12,7 +12,7 @@ from typer.core import TyperCommand
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.settings import EngineSettings
 from spotpool.preview import manifests, report
-from spotpool.preview.run import preview_manifests, preview_stacks
+from spotpool.preview.run import preview_manifests, preview_removed, preview_stacks
 
 
 class PreviewCommand(TyperCommand):
@@ -51,6 +51,12 @@ def preview(
     files: list[Path] = typer.Option(
         [], "--file", "-f", help="Spotpool manifest file or directory (repeatable)."
     ),
+    removed: list[Path] = typer.Option(
+        [],
+        "--removed",
+        help="A Spotpool manifest the change deletes (its last version; repeatable): previews "
+        "the pool's deletion.",
+    ),
     all_stacks: bool = typer.Option(
         False,
         "--all-stacks",
@@ -73,8 +79,8 @@ def preview(
     TENCENTCLOUD_SECRET_ID and TENCENTCLOUD_SECRET_KEY, the stacks' passphrase from
     PULUMI_CONFIG_PASSPHRASE.
     """
-    if not files and not all_stacks:
-        raise typer.BadParameter("give --file (manifests) or --all-stacks")
+    if not files and not all_stacks and not removed:
+        raise typer.BadParameter("give --file (manifests), --removed or --all-stacks")
     try:
         settings = EngineSettings.from_env()
     except ValueError as err:  # no passphrase, a bad setting: a configuration error
@@ -84,6 +90,8 @@ def preview(
     credentials = _credentials()
     found = manifests.find(files, namespace) if files else []
     previews = preview_manifests(found, settings, credentials) if files else []
+    if removed:
+        previews += preview_removed(manifests.find(removed, namespace), settings)
     if all_stacks:
         previews += preview_stacks(settings, credentials)
     render = {

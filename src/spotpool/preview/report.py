@@ -30,6 +30,7 @@ def to_json(previews: list[PoolPreview]) -> str:
             "instances": p.instances.model_dump() if p.instances else None,
             "changes": p.changes.model_dump() if p.changes else None,
             "error": p.error,
+            "removed": p.removed,
         }
         for p in previews
     ]
@@ -61,6 +62,7 @@ def to_markdown(previews: list[PoolPreview]) -> str:
     ]
     for p in previews:
         state = "error" if p.error else ("changes" if has_changes([p]) else "no change")
+        state = f"removed, {state}" if p.removed else state
         lines.append(
             f"| `{p.namespace}/{p.name}` | `{p.stack}` | {' | '.join(_cells(p.instances))} "
             f"| {state} |"

@@ -4,6 +4,7 @@ to the stack program). A failure is reported for its pool; the others still run.
 from pulumi import automation as auto
 from pydantic import BaseModel
 
+from spotpool.api.spec import DeletionPolicy
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.api.status import Changes
 from spotpool.engine import inventory
@@ -25,6 +26,7 @@ class PoolPreview(BaseModel):
     instances: Changes | None = None  # cloud instances: what a reviewer counts
     diff: str = ""
     error: str | None = None
+    removed: bool = False  # the change deletes the manifest
 
 
 def preview_manifests(
@@ -40,17 +42,18 @@ def preview_manifests(
         if manifest.spec is None:
             entry.error = manifest.error
         else:
-            uid, notice_url = NEW_POOL_UID, None
+            uid, notice_url, applied = NEW_POOL_UID, None, None
             if stack_name in existing:
                 view = inventory.view(settings, stack_name)
-                uid = view.uid or NEW_POOL_UID
+                uid, applied = view.uid or NEW_POOL_UID, view.config
                 # The notice endpoint is the operator's setting, not the manifest's: keep the
                 # one the stack applied, or every instance would show as replaced.
-                agent = view.config.notice_agent if view.config else None
+                agent = applied.notice_agent if applied else None
                 notice_url = agent.url if agent else None
             pool = PoolIdentity(namespace=manifest.namespace, name=manifest.name, uid=uid)
             config = StackConfig.from_spec(pool, manifest.spec, notice_url)
-            _run(entry, PoolStack(pool, settings, credentials, config.region), config)
+            stack = PoolStack(pool, settings, credentials, config.region)
+            _run(entry, stack, config, kept_secrets(applied, config))
         results.append(entry)
     return results
 
@@ -72,14 +75,63 @@ def preview_stacks(settings: EngineSettings, credentials: Credentials) -> list[P
         else:
             config = current.config
             stack = PoolStack(config.pool, settings, credentials, config.region)
-            _run(entry, stack, config)
+            _run(entry, stack, config, kept_secrets(config, config))
         results.append(entry)
     return results
 
 
-def _run(entry: PoolPreview, stack: PoolStack, config: StackConfig) -> None:
+def kept_secrets(applied: StackConfig | None, config: StackConfig) -> list[str]:
+    """The instances' secret inputs the preview leaves as the state holds them. A preview never
+    holds a login password (it lives in the cluster's Secret), and the preview backend holds
+    placeholders for every secret (preview/redact.py): the user data is previewed as changed
+    only when its fingerprint (or the notice agent rendered into it) changed."""
+    if applied is None:
+        return []  # a new pool: everything is created from this run's inputs
+    kept = ["password"]
+    if (
+        applied.redacted().user_data == config.redacted().user_data
+        and applied.notice_agent == config.notice_agent
+    ):
+        kept.append("userDataRaw")
+    return kept
+
+
+def preview_removed(removed: list[Manifest], settings: EngineSettings) -> list[PoolPreview]:
+    """Manifests a change deletes: the pool's stack is destroyed (deletionPolicy Delete: every
+    instance in its state terminated) or forgotten (Retain: the instances keep running)."""
+    existing = set(inventory.stack_names(settings))
+    results = []
+    for manifest in removed:
+        stack_name = f"{manifest.namespace}.{manifest.name}"
+        entry = PoolPreview(
+            file=manifest.file, namespace=manifest.namespace, name=manifest.name,
+            stack=stack_name, removed=True,
+        )  # fmt: skip
+        if stack_name not in existing:
+            entry.diff = "removed: the pool has no stack (nothing to delete)"
+            entry.changes = entry.instances = Changes()
+        else:
+            held = len(inventory.view(settings, stack_name).instances)
+            retain = manifest.spec is not None and (
+                manifest.spec.deletion_policy == DeletionPolicy.RETAIN
+            )
+            entry.instances = Changes(same=held) if retain else Changes(delete=held)
+            entry.changes = Changes(delete=0 if retain else held)
+            entry.diff = (
+                f"removed: deletionPolicy Retain — the stack is forgotten, its {held} "
+                "instance(s) keep running"
+                if retain
+                else f"removed: the stack is destroyed — {held} instance(s) terminated"
+            )
+        results.append(entry)
+    return results
+
+
+def _run(
+    entry: PoolPreview, stack: PoolStack, config: StackConfig, kept: list[str] | None = None
+) -> None:
     try:
-        result = stack.preview(config)
+        result = stack.preview(config, keep_secret_inputs=kept or [])
     except EngineError as err:
         entry.error = str(err)
         return
