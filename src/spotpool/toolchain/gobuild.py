@@ -137,6 +137,8 @@ def build(spec: GoBuild, workdir: Path, output: Path) -> BuildReport:
         for source in (RECIPES / spec.recipe).glob("*.go"):
             shutil.copy2(source, workdir / source.name)
     args = ["build", "-o", str(output)]
+    if spec.tags:
+        args += ["-tags", ",".join(spec.tags)]
     if spec.ldflags:
         args += ["-ldflags", " ".join(spec.ldflags)]
     args.append(spec.package)

@@ -21,6 +21,11 @@ VERSITYGW_VERSION = "1.8.0"  # an S3 gateway over a directory: the shared-backen
 # The newest helm v3 the Go module proxy serves here; its client-go (v0.37) is one minor
 # ahead of the local kube-apiserver, within the supported skew.
 HELM_VERSION = "3.22.0"
+# Prometheus 3.16.0 (its Go module tags are v0.3xx.y) scrapes the operator in the tests, and the
+# Prometheus Operator's ServiceMonitor CRD checks the chart's ServiceMonitor.
+PROMETHEUS_VERSION = "3.16.0"
+PROMETHEUS_MODULE_VERSION = "v0.316.0"
+PROMETHEUS_OPERATOR_VERSION = "v0.85.0"
 
 
 class GoBuild(BaseModel):
@@ -30,6 +35,7 @@ class GoBuild(BaseModel):
     version: str = Field(description="tag or commit of `module`")
     package: str = Field(description="import path of the main package")
     ldflags: list[str] = []
+    tags: list[str] = Field(default_factory=list, description="go build -tags")
     # Local-path replaces (`=> ./staging/...`, `=> ../sdk`) are not in the module download:
     # the wrapper points each at the published module instead, at the version the main
     # module requires, or at this one where it requires a placeholder v0.0.0.
@@ -308,6 +314,40 @@ TOOLS.append(
                 _x("helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor", "37"),
             ],
         ),
+    )
+)
+
+TOOLS.append(
+    Tool(
+        name="prometheus",
+        version=PROMETHEUS_VERSION,
+        binary="prometheus",
+        version_args=["--version"],
+        download_url=(
+            f"https://github.com/prometheus/prometheus/releases/download/v{PROMETHEUS_VERSION}/"
+            f"prometheus-{PROMETHEUS_VERSION}.linux-amd64.tar.gz"
+        ),
+        download_member=f"prometheus-{PROMETHEUS_VERSION}.linux-amd64/prometheus",
+        build=GoBuild(
+            module="github.com/prometheus/prometheus",
+            version=PROMETHEUS_MODULE_VERSION,
+            package="github.com/prometheus/prometheus/cmd/prometheus",
+            # Static scrape targets are all the tests use: no cloud service discovery (a
+            # build a third the size and time).
+            tags=["remove_all_sd"],
+            ldflags=[
+                "-s",
+                "-w",
+                _x("github.com/prometheus/common/version.Version", PROMETHEUS_VERSION),
+            ],
+        ),
+        extra_files={
+            "monitoring.coreos.com_servicemonitors.yaml": (
+                "github.com/prometheus-operator/prometheus-operator",
+                PROMETHEUS_OPERATOR_VERSION,
+                "example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml",
+            )
+        },
     )
 )
 
