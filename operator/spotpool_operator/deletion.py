@@ -2,16 +2,25 @@
 always end or say why, even when the pool's Secret is gone."""
 
 import asyncio
+from datetime import datetime
 
 from pydantic import ValidationError
 
 from spotpool.api.spec import DeletionPolicy, SpotpoolSpec
 from spotpool.engine.credentials import Credentials
+from spotpool.engine.errors import InstancesRemain
 from spotpool_operator import status as render
 from spotpool_operator.credentials import resolve
 from spotpool_operator.engine_runner import NO_CREDENTIALS, PoolWork
 from spotpool_operator.failures import PoolProblem, classify
 from spotpool_operator.pools import PoolRef, PoolState
+
+WAITING = "WaitingForInstances"
+
+
+def _listed(held: dict[str, str]) -> str:
+    """`i-1 (slot-0), i-2 (surge-0)`: which instance is which, surges named as such."""
+    return ", ".join(f"{instance} ({name})" for name, instance in sorted(held.items()))
 
 
 class Deletion(PoolWork):
@@ -37,17 +46,16 @@ class Deletion(PoolWork):
             engine = self._engine(ref, credentials, region)
             try:
                 if retain:
-                    kept = await self._engine_call(
-                        "forget", engine.state_instance_ids, record=False
-                    )
+                    # Surges too: Retain forgets nothing it owns.
+                    kept = await self._engine_call("forget", engine.held_instance_ids, record=False)
                     await self._engine_call("forget", engine.forget)
                     message = f"stack forgotten; {len(kept)} instance(s) kept" + (
-                        f": {', '.join(kept.values())}" if kept else ""
+                        f": {_listed(kept)}" if kept else ""
                     )
                     self.events.post(ref.event_ref(), "Normal", "Retained", message)
                 else:
                     owned = await self._engine_call(
-                        "destroy", engine.state_instance_ids, record=False
+                        "destroy", engine.held_instance_ids, record=False
                     )
                     if problem is not None and owned:
                         # Instances to delete, and no key pair to do it with: wait, and say
@@ -55,7 +63,7 @@ class Deletion(PoolWork):
                         raise PoolProblem(
                             problem.reason,
                             f"{problem.message}. The stack still holds {len(owned)} instance(s) "
-                            f"({', '.join(owned.values())}) and deleting them needs the key pair: "
+                            f"({_listed(owned)}) and deleting them needs the key pair: "
                             "restore it, or set spec.deletionPolicy to Retain to finish deleting "
                             "and leave the instances running",
                         )
@@ -70,7 +78,11 @@ class Deletion(PoolWork):
                         )
                         self.forget(ref)
                         return
-                    result = await self._engine_call("destroy", engine.destroy)
+                    try:
+                        result = await self._engine_call("destroy", engine.destroy)
+                    except InstancesRemain as remain:
+                        await self._wait_for_instances(pool, ref, remain, started)
+                        raise PoolProblem(WAITING, str(remain)) from None
                     self.events.post(
                         ref.event_ref(),
                         "Normal",
@@ -78,10 +90,26 @@ class Deletion(PoolWork):
                         f"deleted {result.changes.delete} resource(s) and the stack",
                     )
             except Exception as error:
+                if isinstance(error, PoolProblem) and error.reason == WAITING:
+                    raise  # said as progress, not as a failure: the finalizer waits
                 found = classify(error)
                 await self._fail(pool, ref, pool.status, "destroy", found, started)
                 raise found from None
         self.forget(ref)
+
+    async def _wait_for_instances(
+        self, pool: PoolState, ref: PoolRef, remain: InstancesRemain, started: datetime
+    ) -> None:
+        """Instances of the pool are still in the cloud and not yet ours to terminate: say so
+        (the finalizer stays; kopf comes back with a growing delay and the sweep runs again)."""
+        ids = ", ".join(sorted(remain.remaining))
+        message = (
+            f"waiting for {len(remain.remaining)} instance(s) tagged for the pool ({ids}) to be "
+            "old enough to terminate or gone: a young one may be a create still in flight"
+        )
+        status = render.progressing(pool.status, "Deleting", message, ref.generation, started)
+        await self._write(pool, ref, status)
+        self.events.post(ref.event_ref(), "Normal", WAITING, message)
 
     async def _deletion_credentials(
         self, pool: PoolState, ref: PoolRef

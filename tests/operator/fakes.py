@@ -188,6 +188,11 @@ class FakeEngine:
     def state_instance_ids(self) -> dict[int, str]:
         return dict(self.known)
 
+    def held_instance_ids(self) -> dict[str, str]:
+        surges = self.cloud.surges.get(self.name, {})
+        held = {f"slot-{s}": i for s, i in self.known.items()}
+        return held | {f"surge-{s}": i for s, i in surges.items()}
+
 
 @dataclass
 class FakeCluster:

@@ -11,3 +11,18 @@ class StackLockedError(EngineError):
 
 class OperationTimeout(EngineError):
     """The operation ran past its time and its processes were killed."""
+
+
+class InstancesRemain(EngineError):
+    """Destroy emptied the state, but instances tagged for the pool by this install are still
+    in the cloud and not yet this writer's to terminate (young: a create may be in flight):
+    the stack is kept, and deleting must wait and sweep again."""
+
+    def __init__(self, stack: str, remaining: dict[str, str]) -> None:
+        self.remaining = remaining  # instance id -> why it was left alone
+        listed = "; ".join(f"{i} ({why})" for i, why in sorted(remaining.items()))
+        super().__init__(
+            f"stack {stack} destroyed, but {len(remaining)} instance(s) tagged for the pool are "
+            f"still in the cloud: {listed}. The stack is kept; deleting sweeps again once they "
+            "are old enough to terminate or gone"
+        )

@@ -62,6 +62,7 @@ class Decision:
     slot: int | None
     instance_type: str
     reason: str
+    ours: bool = True  # made by this install: deleting the pool waits until it is gone
 
 
 def decide(situation: Situation, tagged: list[Tagged]) -> list[Decision]:
@@ -74,13 +75,13 @@ def decide(situation: Situation, tagged: list[Tagged]) -> list[Decision]:
         if item.instance_id in taken or item.state in GONE_STATES:
             continue
 
-        def say(action: Action, reason: str, item: Tagged = item) -> None:
+        def say(action: Action, reason: str, item: Tagged = item, ours: bool = True) -> None:
             decisions.append(
-                Decision(item.instance_id, action, item.slot, item.instance_type, reason)
+                Decision(item.instance_id, action, item.slot, item.instance_type, reason, ours)
             )
 
         if item.install is not None and item.install != situation.install_id:
-            say(Action.LEAVE, f"made by another install ({item.install})")
+            say(Action.LEAVE, f"made by another install ({item.install})", ours=False)
             continue  # (untagged: made before installs were tagged, by this pool's writer)
         from_dead_run = item.slot is not None and item.slot in situation.dead_run_slots
         young = item.created is None or situation.now - item.created < situation.min_age
@@ -108,3 +109,10 @@ def decide(situation: Situation, tagged: list[Tagged]) -> list[Decision]:
             terminating += 1
             say(Action.TERMINATE, "no slot of the pool wants it")
     return decisions
+
+
+def waited_for(decisions: list[Decision]) -> list[Decision]:
+    """What deleting the pool must wait for: its own install's instances a pass left alone
+    (young, not this writer's to terminate now, over the cap). Terminated ones are going;
+    another install's are that install's to delete."""
+    return [d for d in decisions if d.action is Action.LEAVE and d.ours]

@@ -30,9 +30,15 @@ from spotpool.api.stackconfig import (
 )
 from spotpool.engine import cloud_errors, recovery
 from spotpool.engine.credentials import Credentials
-from spotpool.engine.errors import EngineError, OperationTimeout, StackLockedError
+from spotpool.engine.errors import (
+    EngineError,
+    InstancesRemain,
+    OperationTimeout,
+    StackLockedError,
+)
 from spotpool.engine.events import EventPrinter
 from spotpool.engine.lean_stack import LeanStack
+from spotpool.engine.orphans import waited_for
 from spotpool.engine.processes import kill_runs
 from spotpool.engine.program import load_program
 from spotpool.engine.results import (
@@ -341,13 +347,18 @@ class PoolStack:
 
     def destroy(self, remove_stack: bool = True) -> OperationResult:
         with self._operation(OperationKind.DESTROY) as (stack, result, state):
-            held = len(slots_in(state))
+            held = len(slots_in(state)) + len(_ids_by_surge(state))
             reply = stack.destroy(on_event=self._printer(), color="never")
             result.changes = changes_from_summary(reply.summary.resource_changes)
             # The state is empty now: any instance still tagged for the pool would leak.
-            result.recovered += recovery.sweep_orphans(
+            orphans = recovery.sweep_orphans(
                 self, None, {}, cap=held, dead_run_slots=self._dead_run_slots
-            ).notes()
+            )
+            result.recovered += orphans.notes()
+            if remove_stack and (left := waited_for(orphans.left)):
+                # Young ones may be a create in flight: keep the stack (it names the pool for
+                # the next sweep) and let the caller come back once they are old enough.
+                raise InstancesRemain(self.name, {d.instance_id: d.reason for d in left})
             if remove_stack:
                 stack.workspace.remove_stack(self.name)
                 self._forget_known()
@@ -384,6 +395,13 @@ class PoolStack:
     def state_instance_ids(self) -> dict[int, str]:
         """slot -> instance id, as the stack's state records them."""
         return _ids_by_slot(_export(self._select()))
+
+    def held_instance_ids(self) -> dict[str, str]:
+        """Every instance the state holds, the slots' and the surges' (`slot-N` / `surge-N`
+        -> instance id): what Retain keeps and deleting must account for."""
+        state = _export(self._select())
+        held = {f"slot-{s}": i for s, i in _ids_by_slot(state).items()}
+        return held | {f"surge-{s}": i for s, i in _ids_by_surge(state).items()}
 
     # --- plumbing ---------------------------------------------------------------------------
 
