@@ -53,11 +53,15 @@ def _files_text(root: Path) -> str:
 
 def test_preview_job_holds_no_production_secret(world: EngineWorld, tmp_path: Path) -> None:
     marker = uuid.uuid4().hex
-    user_data = f"#!/bin/sh\necho join-token-{marker}\n"
+    known = "#!/bin/sh\necho hello\n"  # user data the pull request's manifest holds anyway
+    private = f"#!/bin/sh\necho join-token-{marker}\n"  # applied outside the repository
     password = f"Pw-{marker[:12]}!"
     stack = world.pool("gpu")
-    config = StackConfig.from_spec(stack.pool, pool_spec(2, userData=user_data), NOTICE_URL)
+    config = StackConfig.from_spec(stack.pool, pool_spec(2, userData=known), NOTICE_URL)
     stack.up(config, login_password=password)
+    other = world.pool("other")
+    other_config = StackConfig.from_spec(other.pool, pool_spec(1, userData=private))
+    other.up(other_config, login_password=password)
     notice_key = world.settings.notice_key(stack.pool.uid)
     production = {
         "user data": f"join-token-{marker}",
@@ -84,7 +88,7 @@ def test_preview_job_holds_no_production_secret(world: EngineWorld, tmp_path: Pa
         },
     )
     assert sync.returncode == 0, sync.stdout + sync.stderr
-    assert "1 stack(s) copied" in sync.stdout
+    assert "2 stack(s) copied" in sync.stdout
 
     # The pull request's job: the copy, its passphrase, Describe-only keys, its own work dirs.
     job = tmp_path / "job"
@@ -100,9 +104,10 @@ def test_preview_job_holds_no_production_secret(world: EngineWorld, tmp_path: Pa
         "TENCENTCLOUD_SECRET_ID": SECRET_ID,
         "TENCENTCLOUD_SECRET_KEY": SECRET_KEY,
     }
-    same = _manifest(job / "same", "gpu", user_data)
-    changed = _manifest(job / "changed", "gpu", user_data + "echo more\n")
-    removed = _manifest(job / "removed", "gpu", user_data)
+    pr = tmp_path / "pull-request"  # the PR's checkout: what it holds is no secret to it
+    same = _manifest(pr / "same", "gpu", known)
+    changed = _manifest(pr / "changed", "other", known)
+    removed = _manifest(pr / "removed", "gpu", known)
     outputs: list[dict[str, Any]] = []
     for args, code in (
         (["-f", str(same)], 0),
@@ -119,13 +124,20 @@ def test_preview_job_holds_no_production_secret(world: EngineWorld, tmp_path: Pa
     assert unchanged["instances"] == {"create": 0, "update": 0, "replace": 0, "delete": 0,
                                       "same": 2}  # fmt: skip
     changes = user_data_changed["instances"]
-    assert changes["update"] + changes["replace"] == 2, changes
+    assert changes["update"] + changes["replace"] == 1, changes
     assert deleted["removed"] and deleted["instances"]["delete"] == 2
 
     # What the job can read: its environment, its files, its output, and the copy decrypted
     # with the passphrase it holds. None of it holds a production secret.
     exported = subprocess.run(
-        [str(bin_dir() / "pulumi"), "stack", "export", "--show-secrets", "--stack", stack.name],
+        [
+            str(bin_dir() / "pulumi"),
+            "stack",
+            "export",
+            "--show-secrets",
+            "--stack",
+            f"organization/spotpool/{stack.name}",
+        ],
         env={**job_env, "PULUMI_BACKEND_URL": f"file://{copy}"},
         cwd=job,
         capture_output=True,
@@ -144,5 +156,5 @@ def test_preview_job_holds_no_production_secret(world: EngineWorld, tmp_path: Pa
         for what, secret in production.items():
             assert secret not in text, f"the production {what} is in the preview job's {where}"
     # The production state itself still holds them (the test would pass vacuously otherwise).
-    prod_export = world.pulumi(stack, "stack", "export", "--show-secrets")
+    prod_export = world.pulumi(other, "stack", "export", "--show-secrets")
     assert f"join-token-{marker}" in prod_export and password in prod_export

@@ -7,10 +7,12 @@ itself takes (gocloud's s3blob); credentials come from AWS_ACCESS_KEY_ID/AWS_SEC
 as for Pulumi. Tencent COS speaks the same API (endpoint `https://cos.<region>.myqcloud.com`).
 """
 
+import gzip
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from minio import Minio
@@ -92,3 +94,19 @@ def open_backend(url: str, env: Mapping[str, str] | None = None) -> BackendFiles
         secure=secure,
     )
     return S3Backend(client, parts.netloc, parts.path)
+
+
+def latest_deployment(files: BackendFiles, project: str, stack: str) -> dict[str, Any] | None:
+    """A stack's latest deployment as its checkpoint file holds it (plain or gzip; zstd aside),
+    read without the CLI — and so without the passphrase: secrets stay encrypted."""
+    for suffix, decode in ((".json.gz", gzip.decompress), (".json", bytes)):
+        try:
+            raw = files.read(f"{ROOT}/stacks/{project}/{stack}{suffix}")
+        except Exception:  # missing (or unreadable): try the next form
+            continue
+        try:
+            latest = json.loads(decode(raw)).get("checkpoint", {}).get("latest")
+        except ValueError:
+            return None
+        return latest if isinstance(latest, dict) else None
+    return None

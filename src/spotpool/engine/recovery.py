@@ -9,7 +9,6 @@ does not hold (an orphan), is adopted into its slot by the next `up`, or termina
 wants it, so nothing leaks.
 """
 
-import gzip
 import json
 import os
 import socket
@@ -24,7 +23,7 @@ from tencentcloud.cvm.v20170312 import cvm_client
 
 from spotpool.api.stackconfig import PROJECT
 from spotpool.engine import cloud
-from spotpool.engine.backend_files import ROOT, BackendFiles, open_backend
+from spotpool.engine.backend_files import ROOT, BackendFiles, latest_deployment, open_backend
 from spotpool.engine.errors import StackLockedError
 from spotpool.engine.orphans import GONE_STATES, Action, Decision, Situation, Tagged, decide
 from spotpool.engine.ownership import LockOwner, Writer, decide_lock
@@ -198,19 +197,7 @@ def read_checkpoint(pool: "PoolStack") -> Mapping[str, Any] | None:
     """The stack's latest deployment as its checkpoint file holds it (plain, gzip or zstd
     aside: plain and gzip), or None when there is none to read here."""
     files = open_backend(pool.settings.backend_url)
-    if files is None:
-        return None
-    for suffix, decode in ((".json.gz", gzip.decompress), (".json", bytes)):
-        try:
-            raw = files.read(f"{ROOT}/stacks/{PROJECT}/{pool.name}{suffix}")
-        except Exception:  # missing (or unreadable): try the next form, then the CLI
-            continue
-        try:
-            latest = json.loads(decode(raw)).get("checkpoint", {}).get("latest")
-        except ValueError:
-            return None
-        return latest if isinstance(latest, dict) else None
-    return None
+    return None if files is None else latest_deployment(files, PROJECT, pool.name)
 
 
 def _stack_dir(kind: str, stack: str) -> str:

@@ -3,9 +3,10 @@ placeholder, so the pull-request job — which runs the pull request's own code 
 copy with its own passphrase and still find no production secret in it (login passwords, user
 data with its notice tokens, notice keys).
 
-The copy needs no production passphrase either: a stack is exported with its secrets still
-encrypted, every secret (`{<sig>: <secret sig>, "ciphertext": ...}`) is swapped for a placeholder
-in plain text, and the import encrypts the placeholders with the preview stack's own key.
+The copy needs no production passphrase either: each stack's checkpoint is read from the
+backend's files with its secrets still encrypted, every secret (`{<sig>: <secret sig>,
+"ciphertext": ...}`) is swapped for a placeholder in plain text, and the import encrypts the
+placeholders with the preview stack's own key.
 Previews of the copy keep the state's placeholders for secret inputs whose fingerprint did not
 change (see `keep_secret_inputs` in engine/stack.py), so an unchanged pool still previews as
 unchanged.
@@ -21,6 +22,7 @@ import yaml
 from pulumi import automation as auto
 
 from spotpool.api.stackconfig import PROJECT
+from spotpool.engine.backend_files import ROOT, BackendFiles, latest_deployment, open_backend
 from spotpool.engine.stack import pulumi_command
 from spotpool.toolchain.paths import bin_dir
 
@@ -66,41 +68,53 @@ def copy_redacted(
 ) -> list[str]:
     """Copy every pool stack (`<namespace>.<name>`) of `source` into `target`, secrets replaced
     by placeholders and the copy encrypted with `target_passphrase`. Stacks in `target` that
-    `source` no longer has are removed (their pools were deleted). The source is only read; its
-    passphrase is never needed. Returns the stacks copied."""
+    `source` no longer has are removed (their pools were deleted). The source's files are only
+    read — checkpoints and tags, straight from the backend, so its passphrase is never needed
+    (the CLI would ask for it to deserialize even an export that shows no secret). Returns the
+    stacks copied."""
+    files = open_backend(source, source_env)
+    if files is None:
+        raise ValueError(f"{source}: only file:// and s3:// backends can be copied")
+    folder = f"{ROOT}/stacks/{PROJECT}/"
+    names = sorted(
+        {
+            short
+            for key in files.keys(folder)
+            if key.endswith((".json", ".json.gz"))
+            and "." in (short := key[len(folder) :].removesuffix(".gz").removesuffix(".json"))
+            and "/" not in short
+        }
+    )
     copied: list[str] = []
     with tempfile.TemporaryDirectory(prefix="spotpool-copy-") as tmp:
-        # A wrong passphrase on purpose: exporting without --show-secrets decrypts nothing.
-        src = _workspace(f"{tmp}", source, {"PULUMI_CONFIG_PASSPHRASE": "-", **(source_env or {})})
-        dst_dir = Path(tmp) / "target"
-        dst_dir.mkdir()
-        target_env = {"PULUMI_CONFIG_PASSPHRASE": target_passphrase, **(target_env or {})}
-        dst = _workspace(str(dst_dir), target, target_env)
-        names = sorted(
-            short
-            for summary in src.list_stacks()
-            if "." in (short := summary.name.rsplit("/", 1)[-1])
-        )
+        env = {"PULUMI_CONFIG_PASSPHRASE": target_passphrase, **(target_env or {})}
+        dst = _workspace(tmp, target, env)
+        present = {s.name.rsplit("/", 1)[-1] for s in dst.list_stacks()}
         for name in names:
-            deployment = src.export_stack(name)
-            tags = src.list_tags(name)
-            dst.select_stack(name) if _exists(dst, name) else dst.create_stack(name)
-            salt = yaml.safe_load((dst_dir / f"Pulumi.{name}.yaml").read_text())["encryptionsalt"]
-            state = redact(deployment.deployment)
+            deployment = latest_deployment(files, PROJECT, name)
+            if deployment is None:
+                progress(f"skipped {name}: no checkpoint to read")
+                continue
+            dst.select_stack(name) if name in present else dst.create_stack(name)
+            salt = yaml.safe_load((Path(tmp) / f"Pulumi.{name}.yaml").read_text())["encryptionsalt"]
+            state = redact(deployment)
             state["secrets_providers"] = {"type": "passphrase", "state": {"salt": salt}}
-            dst.import_stack(name, auto.Deployment(version=deployment.version, deployment=state))
-            for key, value in tags.items():
-                if key.startswith("spotpool:"):
-                    dst.set_tag(name, key, value)
+            dst.import_stack(name, auto.Deployment(version=3, deployment=state))
+            for key, value in _tags(files, name).items():
+                dst.set_tag(name, key, value)
             progress(f"copied {name}")
             copied.append(name)
-        for summary in dst.list_stacks():
-            short = summary.name.rsplit("/", 1)[-1]
-            if "." in short and short not in names:
-                dst.remove_stack(short)
-                progress(f"removed {short} (no longer in the source)")
+        for gone in sorted(present - set(names)):
+            if "." in gone:
+                dst.remove_stack(gone)
+                progress(f"removed {gone} (no longer in the source)")
     return copied
 
 
-def _exists(workspace: auto.LocalWorkspace, name: str) -> bool:
-    return any(s.name.rsplit("/", 1)[-1] == name for s in workspace.list_stacks())
+def _tags(files: BackendFiles, stack: str) -> dict[str, str]:
+    """The stack's `spotpool:` tags (namespace, name, uid), from its DIY tags file."""
+    try:
+        tags = json.loads(files.read(f"{ROOT}/stacks/{PROJECT}/{stack}.pulumi-tags"))["tags"]
+    except Exception:  # no tags file: a stack from before tags
+        return {}
+    return {str(k): str(v) for k, v in tags.items() if str(k).startswith("spotpool:")}
