@@ -3,16 +3,21 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 SPOTPOOL := $(VENV)/bin/spotpool
-# The tools the tests and the demo run; `make toolchain` installs every tool of the manifest.
-RUN_TOOLS := pulumi pulumi-language-python pulumi-resource-tencentcloud pulumi-resource-kubernetes
-RUN_TOOLS += etcd kube-apiserver kube-controller-manager kubectl versitygw helm
+# The tools the demo runs (src/spotpool/demo.py checks the same list): the local cluster, kubectl,
+# and the Pulumi CLI with the tencentcloud plugin. The engine runs the stack program inline
+# (`up --client`), so no language host. `make toolchain` installs every tool of the manifest.
+DEMO_TOOLS := pulumi pulumi-resource-tencentcloud etcd kube-apiserver kube-controller-manager kubectl
+# The tools the tests run: the demo's, the language host (pulumi typed by hand), the kubernetes
+# plugin (the deploy program), versitygw (s3:// backend), helm (the chart), prometheus (dashboard).
+TEST_TOOLS := $(DEMO_TOOLS) pulumi-language-python pulumi-resource-kubernetes versitygw helm
+TEST_TOOLS += prometheus
 # Source folders of the tools whose modules the Go module proxy refuses (the language host,
 # the kubernetes plugin): the last source tried. A fresh clone has shared/ beside it.
 HERE := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
 SPOTPOOL_LOCAL_SOURCE ?= $(abspath $(HERE)../shared/upstream)
 LOCAL_SOURCE_FLAG := $(if $(wildcard $(SPOTPOOL_LOCAL_SOURCE)),--local-source $(SPOTPOOL_LOCAL_SOURCE))
 
-.PHONY: venv toolchain run-tools lint test demo clean
+.PHONY: venv toolchain demo-tools test-tools lint test demo clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,18 +30,21 @@ venv: $(VENV)/.installed
 toolchain: venv
 	$(SPOTPOOL) toolchain install $(LOCAL_SOURCE_FLAG)
 
-run-tools: venv
-	$(SPOTPOOL) toolchain install $(LOCAL_SOURCE_FLAG) $(RUN_TOOLS)
+demo-tools: venv
+	$(SPOTPOOL) toolchain install $(LOCAL_SOURCE_FLAG) $(DEMO_TOOLS)
+
+test-tools: venv
+	$(SPOTPOOL) toolchain install $(LOCAL_SOURCE_FLAG) $(TEST_TOOLS)
 
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-test: run-tools lint
+test: test-tools lint
 	$(VENV)/bin/pytest
 
-demo: run-tools
+demo: demo-tools
 	$(SPOTPOOL) demo
 
 clean:
