@@ -136,7 +136,9 @@ def run(
         "60s",
         "--refresh-interval",
         envvar="SPOTPOOL_REFRESH_INTERVAL",
-        help="Refresh period of pools that set no spec.refreshInterval (seconds, or 30s/5m).",
+        help="Check period of pools that set no spec.refreshInterval (seconds, or 30s/5m): each "
+        "check asks the cloud whether the pool's instances live (or trusts the fleet probe); a "
+        "full Pulumi refresh runs only on a miss or every --full-refresh-every-th check.",
     ),
     full_refresh_every: int = typer.Option(
         60,
@@ -173,7 +175,10 @@ def run(
         "spotpool-operator",
         "--lease-name",
         envvar="SPOTPOOL_LEASE_NAME",
-        help="The Lease (coordination.k8s.io) naming the one replica that writes stacks.",
+        help="Base name of the install's Leases (coordination.k8s.io) in --lease-namespace: "
+        "with --shards N > 1, one Lease <lease-name>-shard-<i> per shard and one "
+        "<lease-name>-member-<hostname> per replica; with --shards 1, the single Lease "
+        "<lease-name> naming the one replica that writes. Also the default --install-id.",
     ),
     lease_namespace: str | None = typer.Option(
         None,
