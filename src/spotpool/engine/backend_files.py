@@ -8,6 +8,7 @@ as for Pulumi. Tencent COS speaks the same API (endpoint `https://cos.<region>.m
 """
 
 import gzip
+import ipaddress
 import json
 import os
 from collections.abc import Mapping
@@ -72,6 +73,14 @@ class S3Backend:
         self.client.remove_object(self.bucket, self._key(key))
 
 
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def open_backend(url: str, env: Mapping[str, str] | None = None) -> BackendFiles | None:
     """The backend at `url`, or None for one whose files are not ours to touch (Pulumi Cloud).
     `env`: where the S3 keys are (this process's environment, as for Pulumi's runs)."""
@@ -93,6 +102,11 @@ def open_backend(url: str, env: Mapping[str, str] | None = None) -> BackendFiles
         region=query.get("region") or env.get("AWS_REGION"),
         secure=secure,
     )
+    path_style = "true" in (query.get("use_path_style"), query.get("s3ForcePathStyle"))
+    if not path_style and not _is_ip(urlsplit(f"//{host}").hostname or ""):
+        # As Pulumi's S3 client: https://<bucket>.<endpoint>/… (COS refuses the path style for
+        # buckets made after 2024-01-01: PathStyleDomainForbidden); minio would not.
+        client.enable_virtual_style_endpoint()  # type: ignore[no-untyped-call]
     return S3Backend(client, parts.netloc, parts.path)
 
 
