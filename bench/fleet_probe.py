@@ -1,7 +1,7 @@
 """Benchmark: the fleet probe over 1,000 idle pools, and a reclaim storm of 10 % of the fleet.
 
 The local world (spotpool.localworld): a local kube-apiserver, the emulator (boot 0), a file
-backend and `spotpool operator run`. Converging 1,000 pools from nothing costs ~2 CPU-s of
+backend and `spotpool operator run`. Converging 1,000 pools from nothing costs ~4 CPU-s of
 Pulumi per pool (bench/scale.py measures that); this benchmark is about what comes after, so
 it converges one template pool for real and then seeds `--pools` more that look exactly as if
 the operator had converged them: their own instances in the emulator (tagged as the program
