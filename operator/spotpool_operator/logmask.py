@@ -9,10 +9,20 @@ it is quoted (a dict's repr, JSON, JSON inside a JSON string).
 import logging
 import re
 
-_SECRET_FIELDS = r"secretKey|SecretKey|secret_key|password|Password|loginPassword|passphrase"
+# The notice channel's secrets too: the agents' slot token (its env-file line), a pool's notice
+# key (the stack's `spotpool:noticeKey`) and the operator's notice secret.
+_SECRET_FIELDS = (
+    r"secretKey|SecretKey|secret_key|password|Password|loginPassword|passphrase"
+    r"|PULUMI_CONFIG_PASSPHRASE|SPOTPOOL_NOTICE_TOKEN|noticeKey|notice_key|noticeSecret"
+    r"|notice_secret|noticeToken|notice_token"
+)
 _PATTERN = re.compile(
     r"(?P<key>(?:\\*[\"'])?(?:" + _SECRET_FIELDS + r")(?:\\*[\"'])?\s*[:=]\s*)"
     r"(?P<quote>\\*[\"'])(?P<value>.*?)(?P=quote)"
+)
+# Unquoted `NAME=value` (an environment file's line, a command line's `--secret k=v`).
+_ASSIGNED = re.compile(
+    r"(?P<key>\b(?:" + _SECRET_FIELDS + r")\s*=\s*)(?P<value>[^\s\"',;&}\]()\\]+)"
 )
 MASK = "***"
 TENCENT_SDK_LOGGER = "tencentcloud_sdk_common"
@@ -23,6 +33,7 @@ _SIGNATURE = re.compile(r"(Signature=)[0-9a-fA-F]+")
 
 def mask(text: str) -> str:
     text = _PATTERN.sub(lambda m: f"{m['key']}{m['quote']}{MASK}{m['quote']}", text)
+    text = _ASSIGNED.sub(lambda m: f"{m['key']}{MASK}", text)
     return _SIGNATURE.sub(rf"\g<1>{MASK}", text)
 
 

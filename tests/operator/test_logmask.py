@@ -29,3 +29,22 @@ def test_the_filter_masks_real_records(caplog: pytest.LogCaptureFixture) -> None
 def test_request_signatures_are_masked() -> None:
     line = "Authorization: TC3-HMAC-SHA256 Credential=AKID/x, Signature=cef0e8479e546565"
     assert "cef0e8479e546565" not in logmask.mask(line)
+
+
+def test_notice_tokens_and_keys_are_masked() -> None:
+    """The agents' slot token (as the unit's environment file and user data hold it), a pool's
+    notice key (stack config, a CLI's `--secret` argument) and the operator's notice secret."""
+    token, key = "9f86d081884c7d659a2feaa0c55ad015", "2c26b46b68ffc68ff99b453c1d304134"
+    for text in (
+        f"content: |\n      SPOTPOOL_NOTICE_TOKEN={token}\n      SPOTPOOL_NOTICE_SLOT=0",
+        repr({"SPOTPOOL_NOTICE_TOKEN": token}),
+        json.dumps({"env": {"SPOTPOOL_NOTICE_TOKEN": token}}),
+        f"pulumi config set-all --secret spotpool:noticeKey={key} --path",
+        json.dumps({"spotpool:noticeKey": key}),
+        repr({"notice_key": key, "noticeSecret": key, "notice_secret": key}),
+    ):
+        masked = logmask.mask(text)
+        assert token not in masked and key not in masked, masked
+    assert "SPOTPOOL_NOTICE_SLOT=0" in logmask.mask(
+        f"SPOTPOOL_NOTICE_TOKEN={token} SPOTPOOL_NOTICE_SLOT=0"
+    )
