@@ -1,4 +1,5 @@
-"""Every `--flag` that README.md and docs/*.md name exists in the `--help` of its command.
+"""Every `--flag` that README.md, SECURITY.md, CHANGELOG.md and docs/*.md name exists in the
+`--help` of its command.
 
 A flag written in a command line (a code block, or an inline code span that starts with the
 command) is checked against that command's own help: `spotpool <group> <command>`, `python -m
@@ -25,7 +26,10 @@ from typer.testing import CliRunner
 from spotpool.cli import app as spotpool_app
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [
+    *(ROOT / name for name in ("README.md", "SECURITY.md", "CHANGELOG.md")),
+    *sorted((ROOT / "docs").glob("*.md")),
+]
 
 # Flags of other tools that the docs name in prose, and whose they are.
 OTHER_TOOLS = {
