@@ -1,7 +1,8 @@
 """Render a Spotpool's status from what the engine did: pure functions, no I/O.
 
 Every function takes the status as it was and returns the status as it is now. Conditions
-keep their lastTransitionTime while their status stays the same, as Kubernetes expects.
+keep their lastTransitionTime while their status stays the same, as Kubernetes expects; every
+change of Ready, Progressing or Degraded also sets the kstatus pair (conditions.py).
 """
 
 from collections.abc import Mapping
@@ -10,7 +11,6 @@ from typing import Any
 
 from spotpool.api.spec import ChargeType
 from spotpool.api.status import (
-    Condition,
     Instance,
     Notices,
     Operation,
@@ -21,10 +21,22 @@ from spotpool.api.status import (
     Surge,
 )
 from spotpool.engine.results import OperationResult, SlotOutput
+from spotpool_operator.conditions import (
+    DEGRADED,
+    PROGRESSING,
+    READY,
+    RECONCILING,
+    STALLED,
+    STALLING,
+    condition,
+    kstatus,
+    spec_fixed,
+    with_condition,
+    without_condition,
+)
 
-READY = "Ready"
-PROGRESSING = "Progressing"
-DEGRADED = "Degraded"
+__all__ = ["DEGRADED", "PROGRESSING", "READY", "RECONCILING", "STALLED", "STALLING", "condition"]
+
 INLINE_CREDENTIALS = "InlineCredentials"
 RUNNING = "RUNNING"
 SELECTOR_LABEL = "spotpool.devops.jokerbai.com/pool"
@@ -45,42 +57,6 @@ def parse(raw: Mapping[str, Any] | None) -> SpotpoolStatus:
 
 def _alias_known(key: str) -> bool:
     return any(field.alias == key for field in SpotpoolStatus.model_fields.values())
-
-
-def with_condition(
-    status: SpotpoolStatus,
-    type_: str,
-    value: bool,
-    reason: str,
-    message: str,
-    generation: int | None,
-    now: datetime,
-) -> SpotpoolStatus:
-    text = "True" if value else "False"
-    old = next((c for c in status.conditions if c.type == type_), None)
-    new = Condition(
-        type=type_,
-        status=text,
-        reason=reason,
-        message=message,
-        last_transition_time=old.last_transition_time if old and old.status == text else now,
-        observed_generation=generation,
-    )
-    if old is None:
-        conditions = [*status.conditions, new]
-    else:
-        conditions = [new if c.type == type_ else c for c in status.conditions]
-    return status.model_copy(update={"conditions": conditions})
-
-
-def without_condition(status: SpotpoolStatus, type_: str) -> SpotpoolStatus:
-    return status.model_copy(
-        update={"conditions": [c for c in status.conditions if c.type != type_]}
-    )
-
-
-def condition(status: SpotpoolStatus, type_: str) -> Condition | None:
-    return next((c for c in status.conditions if c.type == type_), None)
 
 
 def identity(
@@ -113,7 +89,7 @@ def progressing(
     """An operation starts: Progressing, and the phase says what is going on."""
     phase = Phase.DELETING if reason == "Deleting" else Phase.CONVERGING
     status = with_condition(status, PROGRESSING, True, reason, message, generation, now)
-    return status.model_copy(update={"phase": phase})
+    return kstatus(status.model_copy(update={"phase": phase}), generation, now)
 
 
 def _instances(outputs: list[SlotOutput]) -> list[Instance]:
@@ -180,7 +156,8 @@ def converged(
         phase = Phase.CONVERGING
     status = with_condition(status, PROGRESSING, False, reason, message, generation, now)
     status = with_condition(status, DEGRADED, False, reason, message, generation, now)
-    return status.model_copy(update={"phase": phase, "observed_generation": generation})
+    status = status.model_copy(update={"phase": phase, "observed_generation": generation})
+    return kstatus(status, generation, now)
 
 
 def refreshed(
@@ -215,7 +192,8 @@ def _counted_reclaims(status: SpotpoolStatus, count: int, now: datetime) -> Spot
     message = f"{status.ready_replicas} of {status.replicas} instances running: replacing"
     status = with_condition(status, READY, False, "Reclaimed", message, generation, now)
     reclaims = Reclaims(total=status.reclaims.total + count, last_time=now)
-    return status.model_copy(update={"reclaims": reclaims, "phase": Phase.CONVERGING})
+    status = status.model_copy(update={"reclaims": reclaims, "phase": Phase.CONVERGING})
+    return kstatus(status, generation, now)
 
 
 def failed(
@@ -236,13 +214,14 @@ def failed(
     update: dict[str, Any] = {"phase": Phase.DEGRADED}
     if generation is not None and kind != "refresh":
         update["observed_generation"] = generation
-    return status.model_copy(update=update)
+    return kstatus(status.model_copy(update=update), generation, now)
 
 
 def paused(status: SpotpoolStatus, generation: int | None, now: datetime) -> SpotpoolStatus:
     message = "spec.paused is true: no changes are made to this pool"
     status = with_condition(status, PROGRESSING, False, "Paused", message, generation, now)
-    return status.model_copy(update={"phase": Phase.PAUSED, "observed_generation": generation})
+    status = status.model_copy(update={"phase": Phase.PAUSED, "observed_generation": generation})
+    return kstatus(status, generation, now)
 
 
 def observed(
@@ -252,6 +231,9 @@ def observed(
     refreshInterval, labels): the status says it saw the generation, and a pool that was
     Paused or Degraded by the previous spec shows what it is now."""
     status = status.model_copy(update={"replicas": replicas})
+    if spec_fixed(status, generation):  # what stalled it was the earlier spec's
+        status = with_condition(status, DEGRADED, False, "SpecChanged", "", generation, now)
+        status = status.model_copy(update={"phase": Phase.CONVERGING})
     if status.phase in (Phase.PAUSED, Phase.READY, Phase.CONVERGING, None):
         ready, desired = status.ready_replicas, status.replicas
         if ready >= desired:
@@ -267,7 +249,8 @@ def observed(
         status = with_condition(status, READY, ready >= desired, reason, message, generation, now)
         status = with_condition(status, PROGRESSING, False, reason, message, generation, now)
         status = status.model_copy(update={"phase": phase})
-    return status.model_copy(update={"observed_generation": generation})
+    status = status.model_copy(update={"observed_generation": generation})
+    return kstatus(status, generation, now)
 
 
 def to_patch(status: SpotpoolStatus) -> dict[str, Any]:

@@ -98,7 +98,21 @@ def render() -> dict[str, Any]:
                     "additionalPrinterColumns": [
                         _column("Desired", "integer", ".status.replicas"),
                         _column("Ready", "integer", ".status.readyReplicas"),
+                        _column(
+                            "On-Demand",
+                            "integer",
+                            ".status.onDemandReplicas",
+                            0,
+                            "Instances running on-demand: a spot pool's fallbacks.",
+                        ),
                         _column("Phase", "string", ".status.phase"),
+                        _column(
+                            "Reason",
+                            "string",
+                            '.status.conditions[?(@.type=="Ready")].reason',
+                            0,
+                            "Why the pool is Ready or not (the Ready condition's reason).",
+                        ),
                         _column("Age", "date", ".metadata.creationTimestamp"),
                         # -o wide: trouble at a glance, without -o yaml
                         _column(
@@ -128,6 +142,13 @@ def render() -> dict[str, Any]:
                             ".status.stack.lastOperation.result",
                             1,
                             "How the last engine operation ended (succeeded or failed).",
+                        ),
+                        _column(
+                            "Class",
+                            "string",
+                            ".spec.operatorClass",
+                            1,
+                            "The operator install that manages the pool (--operator-class).",
                         ),
                     ],
                 }

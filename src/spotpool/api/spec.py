@@ -139,6 +139,8 @@ SG_ID = Annotated[str, Field(pattern=r"^sg-[0-9a-z]+$", max_length=64)]
 ZONE = Annotated[str, Field(pattern=r"^[a-z]{2}-[a-z0-9-]+-[0-9]+$", max_length=64)]
 INSTANCE_TYPE = Annotated[str, Field(pattern=r"^[A-Za-z0-9]+\.[A-Z0-9]+$", max_length=64)]
 DURATION = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"
+# An install's class: a DNS label (it names the install's finalizer too).
+OPERATOR_CLASS = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
 class OnDemandFallback(Model):
@@ -262,6 +264,13 @@ class SpotpoolSpec(Model):
         default_factory=TerminationNotices,
         description="Spot termination notices: an agent on each instance reports the cloud's "
         "two-minute warning and the operator starts the replacement at once.",
+    )
+    operator_class: str | None = Field(
+        None,
+        pattern=OPERATOR_CLASS,
+        max_length=40,
+        description="The operator install that manages this pool: the one started with "
+        "--operator-class set to this value (unset: the install with no class).",
     )
 
     @model_validator(mode="after")

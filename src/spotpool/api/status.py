@@ -17,6 +17,17 @@ class Phase(StrEnum):
     DELETING = "Deleting"
 
 
+class ConditionType(StrEnum):
+    """The conditions a Spotpool carries. Ready, Reconciling and Stalled follow kstatus (what
+    Flux, Argo CD and `kubectl wait` read); Progressing and Degraded say more."""
+
+    READY = "Ready"
+    RECONCILING = "Reconciling"  # True while the operator works toward the spec
+    STALLED = "Stalled"  # True when it cannot get there without a change (spec, Secret, quota)
+    PROGRESSING = "Progressing"
+    DEGRADED = "Degraded"
+
+
 class Instance(Model):
     instance_id: str = Field(description="CVM instance id (ins-...).")
     public_ip: str | None = Field(None, description="First public IP, if any.")
@@ -35,7 +46,9 @@ class Instance(Model):
 class Condition(Model):
     """A metav1.Condition."""
 
-    type: str = Field(description="Ready, Progressing or Degraded (or another condition type).")
+    type: str = Field(
+        description="Ready, Reconciling, Stalled, Progressing or Degraded (or another type)."
+    )
     status: str = Field(description="True, False or Unknown.")
     reason: str = Field(description="One CamelCase word a program can match on.")
     message: str = Field("", description="What happened, for a person.")
