@@ -224,6 +224,13 @@ def run(
         help="Names this install on every instance it makes; only its own orphans are ever "
         "adopted or terminated. Default: LEASE_NAMESPACE.LEASE_NAME, or 'default' by hand.",
     ),
+    operator_class: str = typer.Option(
+        "",
+        "--operator-class",
+        envvar="SPOTPOOL_OPERATOR_CLASS",
+        help="Serve only the pools whose spec.operatorClass is this; empty (the default): the "
+        "pools that set none. Installs watching the same namespaces need different classes.",
+    ),
     history_keep: int = typer.Option(
         10,
         "--history-keep",
@@ -345,6 +352,7 @@ def run(
             probe=ProbeSettings(budget=probe_budget),
             avoid_seconds=_duration(avoid_for, "--avoid-for"),
             lease_name=lease_name,
+            operator_class=operator_class,
             lease_namespace=lease_home,
             lease_duration=lease_seconds,
             shards=shards,

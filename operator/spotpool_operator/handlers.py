@@ -5,6 +5,10 @@
   `start_surges` at once on a termination notice, `replace_gone` when the fleet probe saw one go;
 - delete → the finalizer runs `delete` (destroy, or forget with deletionPolicy Retain).
 
+Only pools of this install's class (spec.operatorClass = --operator-class) are seen at all:
+every handler filters on it, and the finalizer's name carries a non-empty class, so installs
+side by side never touch each other's pools, finalizers or status.
+
 With shards (shards.py), a replica runs these only for the pools of the shards it holds: the
 converge handlers filter on it, the daemon waits until the shard is this replica's and then
 converges the pool as its new server (a takeover), and `delete` waits for the holder to act.
@@ -23,7 +27,7 @@ from spotpool.api.spec import GROUP, PLURAL, VERSION
 from spotpool_operator.failures import PoolProblem
 from spotpool_operator.kopf_storage import ServedDiffBaseStorage, ServedProgressStorage, Serves
 from spotpool_operator.notice_server import NoticeServer
-from spotpool_operator.pools import PoolRef
+from spotpool_operator.pools import PoolRef, operator_class
 from spotpool_operator.reconciler import Reconciler
 
 RESOURCE = (GROUP, VERSION, PLURAL)
@@ -41,9 +45,14 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
     settings = reconciler.settings
     shards = reconciler.shards
 
+    def mine(body: Mapping[str, Any], **_: Any) -> bool:
+        """kopf's filter: the pool names this install's class."""
+        return operator_class(body) == settings.operator_class
+
     def served(body: Mapping[str, Any], **_: Any) -> bool:
-        """kopf's filter: this replica holds the pool's shard."""
-        return shards is None or shards.serves(str(body.get("metadata", {}).get("uid", "")))
+        """kopf's filter: this install's pool, and this replica holds the pool's shard."""
+        uid = str(body.get("metadata", {}).get("uid", ""))
+        return mine(body) and (shards is None or shards.serves(uid))
 
     async def converge(body: Mapping[str, Any], retry: int, logger: Logger, **_: Any) -> None:
         try:
@@ -55,7 +64,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
         decorator(*RESOURCE, registry=registry, id="converge", when=served)(converge)
     kopf.on.update(*RESOURCE, registry=registry, id="converge", field="spec", when=served)(converge)
 
-    @kopf.on.delete(*RESOURCE, registry=registry, id="delete")
+    @kopf.on.delete(*RESOURCE, registry=registry, id="delete", when=mine)
     async def delete(body: Mapping[str, Any], retry: int, logger: Logger, **_: Any) -> None:
         ref = PoolRef.from_body(body, logger)
         if shards is not None and not shards.serves(ref.uid):
@@ -79,7 +88,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
         if shards is not None:
             shards.forget(ref.uid)
 
-    @kopf.daemon(*RESOURCE, registry=registry, id="reclaims", cancellation_timeout=5.0)
+    @kopf.daemon(*RESOURCE, registry=registry, id="reclaims", cancellation_timeout=5.0, when=mine)
     async def watch_reclaims(
         body: Mapping[str, Any], stopped: kopf.DaemonStopped, logger: Logger, **_: Any
     ) -> None:
@@ -134,6 +143,10 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
                 not_before = time.monotonic() + settings.backoff(failures - 1)
         if shards is not None and body.get("metadata", {}).get("deletionTimestamp"):
             shards.forget(first.uid)  # deleted: its shard's holder knows it while deleting
+        if not mine(body):  # moved to another install's class: kopf stopped this daemon
+            reconciler.forget(first)
+            if shards is not None:
+                shards.forget(first.uid)
 
     @kopf.on.startup(registry=registry)
     async def start_background(memo: kopf.Memo, **_: Any) -> None:
@@ -179,10 +192,15 @@ async def _sleep(stopped: kopf.DaemonStopped, wake: asyncio.Event, seconds: floa
             waiter.cancel()
 
 
-def configure(settings: kopf.OperatorSettings, serves: Serves | None = None) -> None:
+def configure(
+    settings: kopf.OperatorSettings, serves: Serves | None = None, operator_class: str = ""
+) -> None:
     """kopf's bookkeeping in annotations (the status schema is ours), Events only from us;
-    with `serves` (shards), written only for the pools this replica serves."""
-    settings.persistence.finalizer = f"{PREFIX}/finalizer"
+    with `serves` (shards), written only for the pools this replica serves. The finalizer is
+    the install class's own: kopf removes its finalizer from a pool no handler wants, so a
+    shared one would be taken off the other install's pools."""
+    suffix = f"-{operator_class}" if operator_class else ""
+    settings.persistence.finalizer = f"{PREFIX}/finalizer{suffix}"
     everything: Serves = lambda uid: True  # noqa: E731
     settings.persistence.progress_storage = ServedProgressStorage(
         serves or everything, prefix=PREFIX

@@ -62,6 +62,11 @@ class PoolRef:
         }
 
 
+def operator_class(body: Mapping[str, Any]) -> str:
+    """The install class a Spotpool names: its spec.operatorClass, "" when it sets none."""
+    return str((body.get("spec") or {}).get("operatorClass") or "")
+
+
 @dataclass
 class PoolState:
     """The operator's memory of one pool (lost on restart: everything here can be rebuilt)."""

@@ -85,7 +85,9 @@ def run(settings: OperatorSettings) -> None:
     registry = kopf.OperatorRegistry()
     handlers.register(registry, reconciler)
     kopf_settings = kopf.OperatorSettings()
-    handlers.configure(kopf_settings, shards.serves if shards is not None else None)
+    handlers.configure(
+        kopf_settings, shards.serves if shards is not None else None, settings.operator_class
+    )
     if shards is not None:
         _stop_shards_work(shards, reconciler, settings)
     where = "all namespaces" if settings.all_namespaces else ", ".join(settings.namespaces)

@@ -36,6 +36,12 @@ class OperatorSettings(BaseModel):
     rate_limits: RateLimits = Field(
         default_factory=RateLimits, description="Tencent Cloud API calls a second per action."
     )
+    operator_class: str = Field(
+        "",
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$",
+        max_length=40,
+        description="Serve only the pools whose spec.operatorClass is this ('': none set).",
+    )
     lease_name: str = Field("spotpool-operator", description="The writer's Lease.")
     lease_namespace: str | None = Field(
         None, description="Namespace of the Lease; None: no Lease (running by hand)."

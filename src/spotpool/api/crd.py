@@ -98,13 +98,6 @@ def render() -> dict[str, Any]:
                     "additionalPrinterColumns": [
                         _column("Desired", "integer", ".status.replicas"),
                         _column("Ready", "integer", ".status.readyReplicas"),
-                        _column(
-                            "On-Demand",
-                            "integer",
-                            ".status.onDemandReplicas",
-                            0,
-                            "Instances running on-demand: a spot pool's fallbacks.",
-                        ),
                         _column("Phase", "string", ".status.phase"),
                         _column(
                             "Reason",
@@ -113,8 +106,22 @@ def render() -> dict[str, Any]:
                             0,
                             "Why the pool is Ready or not (the Ready condition's reason).",
                         ),
+                        _column(
+                            "On-Demand",
+                            "integer",
+                            ".status.onDemandReplicas",
+                            0,
+                            "Instances running on-demand: a spot pool's fallbacks.",
+                        ),
                         _column("Age", "date", ".metadata.creationTimestamp"),
-                        # -o wide: trouble at a glance, without -o yaml
+                        # -o wide: which install, and trouble at a glance, without -o yaml
+                        _column(
+                            "Class",
+                            "string",
+                            ".spec.operatorClass",
+                            1,
+                            "The operator install that manages the pool (--operator-class).",
+                        ),
                         _column(
                             "Reclaims",
                             "integer",
@@ -142,13 +149,6 @@ def render() -> dict[str, Any]:
                             ".status.stack.lastOperation.result",
                             1,
                             "How the last engine operation ended (succeeded or failed).",
-                        ),
-                        _column(
-                            "Class",
-                            "string",
-                            ".spec.operatorClass",
-                            1,
-                            "The operator install that manages the pool (--operator-class).",
                         ),
                     ],
                 }
