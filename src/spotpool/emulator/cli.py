@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 from aiohttp import web
 
+from spotpool.emulator.limits import LimitSettings
 from spotpool.emulator.server import Emulator, build_app
 from spotpool.emulator.store import CloudStore
 from spotpool.emulator.world import Settings, World
@@ -46,6 +47,14 @@ def serve(
     reclaim_notice_seconds: float = typer.Option(
         0.0, min=0, help="How long a reclaimed instance keeps running after its notice."
     ),
+    rate_limits: bool = typer.Option(
+        False,
+        "--rate-limits/--no-rate-limits",
+        envvar="SPOTPOOL_EMULATOR_RATE_LIMITS",
+        help="Enforce Tencent Cloud's per-action request limits per SecretId and region "
+        "(RunInstances 10/s, DescribeInstances 40/s, TerminateInstances 10/s, others 20/s), "
+        "answering RequestLimitExceeded over them; also switchable at /_emulator/rate-limits.",
+    ),
 ) -> None:
     """Serve the Tencent Cloud API 3.0 (cvm, tag, cbs, vpc) and the /_emulator admin routes."""
     logging.basicConfig(
@@ -59,7 +68,10 @@ def serve(
     )
     world = World(CloudStore(state), settings)
 
-    asyncio.run(_serve(Emulator(world, reclaim_rate_per_hour=reclaim_rate), host, port, state))
+    emulator = Emulator(
+        world, reclaim_rate_per_hour=reclaim_rate, limits=LimitSettings(enabled=rate_limits)
+    )
+    asyncio.run(_serve(emulator, host, port, state))
 
 
 async def _serve(emulator: Emulator, host: str, port: int, state: Path) -> None:

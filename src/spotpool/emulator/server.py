@@ -20,8 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from spotpool.emulator import cvm
 from spotpool.emulator.catalog import INSTANCE_TYPES, REGIONS, zones
 from spotpool.emulator.errors import ApiError
+from spotpool.emulator.limits import MESSAGE as LIMIT_MESSAGE
+from spotpool.emulator.limits import LimitSettings, RequestLimits
+from spotpool.emulator.requestlog import REQUEST_LOG_SIZE, recorded
 from spotpool.emulator.services import CBS_ACTIONS, TAG_ACTIONS, VPC_ACTIONS, Handler
-from spotpool.emulator.signature import SignedRequest, scope_service, verify
+from spotpool.emulator.signature import Caller, SignedRequest, scope_service, verify
 from spotpool.emulator.world import Context, World
 
 log = logging.getLogger("spotpool.emulator")
@@ -41,7 +44,6 @@ SERVICES: dict[str, Service] = {
     "vpc": Service("2017-03-12", VPC_ACTIONS),
 }
 API_HOST_SUFFIX = ".tencentcloudapi.com"
-REQUEST_LOG_SIZE = 100_000  # the newest API calls kept for /_emulator/requests
 _SERVICE_NAME = re.compile(r"^[a-z0-9]+$")
 
 
@@ -103,9 +105,16 @@ def _claimed_service(headers: dict[str, str]) -> str:
 
 
 class Emulator:
-    def __init__(self, world: World, reclaim_rate_per_hour: float = 0.0) -> None:
+    def __init__(
+        self,
+        world: World,
+        reclaim_rate_per_hour: float = 0.0,
+        limits: LimitSettings | None = None,
+    ) -> None:
         self.world = world
         self.faults: list[Fault] = []
+        # Tencent's per-action request limits, when switched on (limits.py).
+        self.limits = RequestLimits(limits or LimitSettings())
         self.reclaim_rate_per_hour = reclaim_rate_per_hour
         self._random = random.Random()
         # Every API call's arrival: what a test checks rate limits against.
@@ -119,6 +128,7 @@ class Emulator:
         headers = {k.lower(): v for k, v in request.headers.items()}
         action = headers.get("x-tc-action") or request.query.get("Action", "")
         service_name = _claimed_service(headers)  # logged even when the signature fails
+        params: dict[str, Any] | None = None
         try:
             body = await request.read()
             caller = verify(
@@ -133,7 +143,8 @@ class Emulator:
                 time.time(),
             )
             service_name = caller.service
-            reply = await self._serve(caller.service, action, headers, body, request, request_id)
+            params = self._params(request, body)
+            reply = await self._serve(caller, action, headers, params, request, request_id)
             code = "OK"
         except ApiError as error:
             code = error.code
@@ -151,6 +162,7 @@ class Emulator:
                 "Region": headers.get("x-tc-region", "-"),
                 "Code": code,
                 "Client": headers.get("x-tc-requestclient", ""),
+                "Params": recorded(params),
             }
         )
         log.info(
@@ -166,13 +178,14 @@ class Emulator:
 
     async def _serve(
         self,
-        service_name: str,
+        caller: Caller,
         action: str,
         headers: dict[str, str],
-        body: bytes,
+        params: dict[str, Any],
         request: web.Request,
         request_id: str,
     ) -> dict[str, Any]:
+        service_name = caller.service
         host = headers.get("host", "").split(":")[0]
         if host.endswith(API_HOST_SUFFIX) and host.split(".")[0] != service_name:
             raise ApiError(
@@ -201,7 +214,8 @@ class Emulator:
             raise ApiError("MissingParameter", "The request is missing the X-TC-Region header.")
         if region and region not in REGIONS:
             raise ApiError("UnsupportedRegion", f"The region `{region}` is not supported.")
-        params = self._params(request, body)
+        if not self.limits.admit(caller.secret_id, region, service_name, action, time.monotonic()):
+            raise ApiError("RequestLimitExceeded", LIMIT_MESSAGE)
         await self._inject_faults(service_name, action)
         ctx = Context(world=self.world, region=region, request_id=request_id, now=time.time())
         return handler(ctx, params)
@@ -308,9 +322,22 @@ class Emulator:
     async def list_faults(self, request: web.Request) -> web.Response:
         return web.json_response({"Faults": [f.model_dump(by_alias=True) for f in self.faults]})
 
+    async def rate_limits(self, request: web.Request) -> web.Response:
+        return web.json_response(self.limits.describe())
+
+    async def set_rate_limits(self, request: web.Request) -> web.Response:
+        try:
+            asked = LimitSettings.model_validate(await request.json())
+        except (ValidationError, json.JSONDecodeError) as error:
+            return _admin_error(400, f"expected {{Enabled, Rates: {{Action: n}}, Other}}: {error}")
+        self.limits.configure(asked)
+        log.info("admin=rate-limits enabled=%s", asked.enabled)
+        return await self.rate_limits(request)
+
     async def request_log(self, request: web.Request) -> web.Response:
-        """The API calls received (arrival time, service, action, region, code, SDK client),
-        oldest first; `?action=A` keeps one action's."""
+        """The API calls received (arrival time, service, action, region, code, SDK client,
+        parameters with any password fingerprinted), oldest first; `?action=A` keeps one
+        action's."""
         action = request.query.get("action")
         calls = [c for c in self.requests if action is None or c["Action"] == action]
         return web.json_response({"Requests": calls})
@@ -359,6 +386,8 @@ def build_app(emulator: Emulator) -> web.Application:
     app.router.add_post("/_emulator/capacity", emulator.set_capacity)
     app.router.add_get("/_emulator/faults", emulator.list_faults)
     app.router.add_get("/_emulator/requests", emulator.request_log)
+    app.router.add_get("/_emulator/rate-limits", emulator.rate_limits)
+    app.router.add_post("/_emulator/rate-limits", emulator.set_rate_limits)
     app.router.add_post("/_emulator/faults", emulator.add_fault)
     app.router.add_delete("/_emulator/faults", emulator.clear_faults)
     app.router.add_get(
