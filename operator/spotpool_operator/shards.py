@@ -6,31 +6,40 @@ Leases say who holds what. `sharding.assign` — the same answer in every replic
 same Leases — says which shards this replica should hold: it acquires those that are free (a
 dead replica's, once their Leases expire), renews those it holds, and gives up those now meant
 for another replica. The Leases' compare-and-swap makes sure a shard has one holder at a time.
+A round's requests go out in parallel, each with a short timeout (lease.py): the renewals of
+the shards held, the membership and the listing in one go, so a slow API server costs a round
+one request's time, not eighteen.
 
 A replica serves a pool only while it holds the pool's shard (`serves`). The moment a shard
-slips away (not renewed in time) or is given up, its work stops: no new operation starts, the
-running Pulumi runs of its stacks are killed with their plugins (`on_stop`), and a shard given
-up is released only once none of its operations is left. Each shard Lease records its
-holders' hostnames, so the next holder breaks exactly the locks those runs left
-(engine/ownership.py, through `view`).
+slips away (not renewed in time: lease.py says when, on this replica's monotonic clock) its
+work stops: no new operation starts and no Pulumi CLI is launched (`check`, run before every
+launch with the operation's `Fence`), and the running runs of its stacks are killed with their
+plugins (`on_stop`) by a thread of the shard's own — a watcher thread notices the slip within
+a fifth of a second, well before anyone else may take the shard over. A shard given up to
+rebalance is stopped the same way and released only once none of its operations is left;
+until then its Lease is renewed. Each shard Lease records its holders' hostnames, so the next
+holder breaks exactly the locks those runs left (engine/ownership.py, through `view`).
 """
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
+from datetime import datetime
 from functools import partial
 from typing import Any
 
 import kubernetes
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
 
-from spotpool_operator.lease import LEASE_THREAD, OperatorLease
+from spotpool_operator.lease import Observed, OperatorLease, request_timeout, wall_clock
+from spotpool_operator.shard_metrics import ShardMetrics
+from spotpool_operator.shard_work import WATCH_EVERY, Fence, NotServed, ShardWork
 from spotpool_operator.sharding import (
     MEMBER_INFIX,
     assign,
@@ -39,17 +48,10 @@ from spotpool_operator.sharding import (
     shard_of,
 )
 
+__all__ = ["Fence", "NotServed", "ShardLeases", "ShardMetrics", "ShardView"]
 log = logging.getLogger("spotpool_operator.shards")
 SHARDS_ANNOTATION = "spotpool.devops.jokerbai.com/shards"  # on member Leases: the shard count
 FORGET_MEMBERS_AFTER = 10  # Lease durations after which a dead member's Lease is deleted
-
-
-class NotServed(Exception):
-    """This replica does not hold the pool's shard (any more)."""
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class _QuietLeaseRequests(logging.Filter):
@@ -61,49 +63,6 @@ class _QuietLeaseRequests(logging.Filter):
 
 
 logging.getLogger("urllib3.connectionpool").addFilter(_QuietLeaseRequests())
-
-
-def live_holder(lease: Any, now: datetime, default_duration: float) -> str | None:
-    """The Lease's holder while its Lease lasts, else None."""
-    spec = lease.spec
-    holder = spec.holder_identity or ""
-    renewed = spec.renew_time or spec.acquire_time
-    if not holder or renewed is None:
-        return None
-    duration = spec.lease_duration_seconds or default_duration
-    return str(holder) if now <= renewed + timedelta(seconds=duration) else None
-
-
-class ShardMetrics:
-    def __init__(self, registry: CollectorRegistry, shards: int) -> None:
-        self.shards = Gauge("spotpool_shards", "Shards the pools hash onto.", registry=registry)
-        self.shards.set(shards)
-        self.replicas = Gauge(
-            "spotpool_shard_replicas",
-            "Live replicas this replica counts (membership Leases).",
-            registry=registry,
-        )
-        self.held = Gauge(
-            "spotpool_shard_held",
-            "1 while this replica holds the shard's Lease.",
-            ["shard"],
-            registry=registry,
-        )
-        self.pools = Gauge(
-            "spotpool_shard_pools",
-            "Pools of the shard this replica serves (0 while it does not hold the shard).",
-            ["shard"],
-            registry=registry,
-        )
-        self.transitions = Counter(
-            "spotpool_shard_transitions",
-            "Shards acquired, released (rebalancing, shutdown) and lost (not renewed in time).",
-            ["shard", "event"],
-            registry=registry,
-        )
-        for shard in range(shards):
-            self.held.labels(str(shard)).set(0)
-            self.pools.labels(str(shard)).set(0)
 
 
 class ShardView:
@@ -122,7 +81,7 @@ class ShardView:
         return self.owner.leases[self.shard].earlier_holders()
 
 
-class ShardLeases:
+class ShardLeases(ShardWork):
     def __init__(
         self,
         api: Any,
@@ -131,18 +90,20 @@ class ShardLeases:
         shards: int,
         duration: float = 30.0,
         hostname: str | None = None,
-        clock: Callable[[], datetime] = _now,
+        clock: Callable[[], datetime] = wall_clock,
         registry: CollectorRegistry | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api  # a kubernetes.client.CoordinationV1Api
         self.namespace, self.base, self.count = namespace, base, shards
         self.duration = duration
+        self.timeout = request_timeout(duration)
         self.hostname = hostname or socket.gethostname()
         self.identity = f"{self.hostname}_{uuid.uuid4().hex[:8]}"
-        self.clock = clock
+        self.clock, self.monotonic = clock, monotonic
 
         def lease(name: str) -> OperatorLease:
-            made = OperatorLease(api, namespace, name, duration, self.hostname, clock)
+            made = OperatorLease(api, namespace, name, duration, self.hostname, clock, monotonic)
             made.identity = self.identity  # one identity for every Lease of this replica
             return made
 
@@ -153,12 +114,12 @@ class ShardLeases:
         self.on_stop: list[Callable[[int, list[str]], None]] = []  # (shard, its pools' uids)
         self.on_replicas: list[Callable[[int], None]] = []
         self.metrics = ShardMetrics(registry or CollectorRegistry(), shards)
-        self._stopped: set[int] = set(range(shards))  # shards whose work is stopped
-        self._inflight = [0] * shards
-        self._known: dict[str, tuple[int, str]] = {}  # pool uid -> (shard, stack name)
-        self._lock = threading.RLock()
+        self._init_work(shards)
+        self._observed: dict[str, Observed] = {}  # other Leases (members) as last seen
+        self._requests = concurrent.futures.ThreadPoolExecutor(
+            max_workers=min(8, shards + 2), thread_name_prefix="lease"
+        )
         self._wakers = [asyncio.Event() for _ in range(shards)]
-        self._epochs = [0] * shards
         self._loop: asyncio.AbstractEventLoop | None = None
         self.first_step = threading.Event()
 
@@ -166,10 +127,6 @@ class ShardLeases:
 
     def shard(self, uid: str) -> int:
         return shard_of(uid, self.count)
-
-    def holds(self, shard: int) -> bool:
-        """Holding the shard's Lease (renewed recently enough) and its work not stopped."""
-        return shard not in self._stopped and self.leases[shard].held()
 
     def serves(self, uid: str) -> bool:
         return self.holds(self.shard(uid))
@@ -186,203 +143,192 @@ class ShardLeases:
         """Set when this replica next acquires the pool's shard."""
         return self._wakers[self.shard(uid)]
 
-    def know(self, uid: str, stack: str) -> None:
-        """A pool exists (whoever serves it): counted per shard, its runs killed on a stop."""
-        with self._lock:
-            self._known[uid] = (self.shard(uid), stack)
-
-    def forget(self, uid: str) -> None:
-        with self._lock:
-            self._known.pop(uid, None)
-
-    def pools_of(self, shard: int) -> list[str]:
-        with self._lock:
-            return [uid for uid, (s, _) in self._known.items() if s == shard]
-
-    def stack_of(self, uid: str) -> str | None:
-        known = self._known.get(uid)
-        return known[1] if known else None
-
-    @contextlib.contextmanager
-    def operation(self, uid: str) -> Iterator[None]:
-        """Around one engine call (in its thread): refused unless the shard is served now;
-        counted, so that a shard is given up only when its operations are over."""
-        shard = self.shard(uid)
-        with self._lock:
-            if not self.holds(shard):
-                raise NotServed(f"this replica does not hold shard {shard} of the pool")
-            self._inflight[shard] += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._inflight[shard] -= 1
-
     # --- holding the Leases ------------------------------------------------------------------
 
     def step(self) -> None:
-        """One round (blocking; run in a thread): renew membership, list the Leases, acquire,
-        renew or give up shards as the assignment says."""
-        self.member.step()
-        self._annotate_member()
-        now = self.clock()
-        listing = {
-            item.metadata.name: item
-            for item in self.api.list_namespaced_lease(self.namespace, _request_timeout=10).items
+        """One round (blocking; in the renewal thread): renew the membership and the shards
+        held, and list the Leases, all at once; then acquire or give up shards as the
+        assignment says. Stopping a shard's work is handed to a thread of its own."""
+        submit = self._requests.submit
+        member = submit(self._renew_member)
+        listed = submit(
+            self.api.list_namespaced_lease, self.namespace, _request_timeout=self.timeout
+        )
+        renewals = {
+            shard: submit(self._locked, shard, lease.renew)
+            for shard, lease in enumerate(self.leases)
+            if lease.held()
         }
+        for shard, renewal in renewals.items():
+            with contextlib.suppress(Exception):  # a slow or failed renewal: held() runs out
+                if not renewal.result():
+                    log.info("shard %d: renewal refused, reading its Lease again", shard)
+        with contextlib.suppress(Exception):
+            member.result()
+        listing = {item.metadata.name: item for item in listed.result().items}
+        self._plan(listing, renewed={s for s, r in renewals.items() if _done_true(r)})
+        self._note_acquired()
+        self.first_step.set()
+
+    def _plan(self, listing: dict[str, Any], renewed: set[int]) -> None:
         members = {self.identity}
         for name, item in listing.items():
-            if not name.startswith(self.base + MEMBER_INFIX):
+            if not name.startswith(self.base + MEMBER_INFIX) or name == self.member.name:
                 continue
-            holder = live_holder(item, now, self.duration)
-            if holder:
+            seen = self._observed.setdefault(name, Observed(self.monotonic))
+            seen.see(item)
+            if holder := seen.holder(self.duration):
                 members.add(holder)
-            elif name != self.member.name:
-                self._forget_member(item, now)
+            else:
+                self._forget_member(name, seen)
+        for lease in self.leases:
+            if lease.name in listing:
+                lease.observed.see(listing[lease.name])
         self.holders = {
-            s: live_holder(listing[lease.name], now, self.duration)
-            if lease.name in listing
-            else None
+            s: lease.observed.holder(self.duration) if lease.name in listing else None
             for s, lease in enumerate(self.leases)
         }
         plan = assign(self.count, self.holders, members)
         legacy = listing.get(self.base) if self.count > 1 else None
-        if legacy is not None and live_holder(legacy, now, self.duration):
-            # A replica from before shards holds the single Lease (a rollout from that
-            # version): it writes every stack until it lets go, so this one holds nothing.
-            log.warning("Lease %s is held (an unsharded replica): waiting", self.base)
-            plan = {}
+        if legacy is not None:
+            seen = self._observed.setdefault(self.base, Observed(self.monotonic))
+            seen.see(legacy)
+            if seen.holder(self.duration):
+                # A replica from before shards holds the single Lease (a rollout from that
+                # version): it writes every stack until it lets go, so this one holds nothing.
+                log.warning("Lease %s is held (an unsharded replica): waiting", self.base)
+                plan = {}
         if len(members) != self.replicas:
             log.info("%d replica(s) now share %d shard(s)", len(members), self.count)
             self.replicas = len(members)
             self.call_soon(partial(self._replicas_changed, len(members)))
         self.metrics.replicas.set(len(members))
+        tries = {}
         for shard, lease in enumerate(self.leases):
             holder = self.holders[shard]
             if holder not in (None, self.identity):  # another replica's: never ours to serve
-                if self.stop(shard, "lost"):
-                    log.warning("shard %d is held by %s: stopped its work", shard, holder)
-            elif plan.get(shard) == self.identity:
-                try:
-                    lease.step(listing.get(lease.name))
-                except kubernetes.client.ApiException as error:
-                    if error.status not in (409, 404):  # lost a race: the next round sees
-                        raise
+                lease.drop()
+                if self._halt(shard, "lost"):
+                    log.warning("shard %d is held by %s: stopping its work", shard, holder)
+                    self._drain_soon(shard, release=False)
+            elif plan.get(shard) == self.identity and shard not in self._draining:
+                if shard not in renewed:
+                    tries[shard] = self._requests.submit(
+                        self._locked, shard, partial(lease.step, listing.get(lease.name))
+                    )
             elif holder == self.identity or shard not in self._stopped:
-                self._give_up(shard, lease)
-        self._note_acquired()
-        self.first_step.set()
+                self._give_up(shard)
+        for shard, attempt in tries.items():
+            try:
+                attempt.result()
+            except kubernetes.client.ApiException as error:
+                if error.status not in (409, 404):  # lost a race: the next round sees
+                    log.warning("shard %d: %s", shard, _short(error))
+            except Exception as error:
+                log.warning("shard %d: %s", shard, _short(error))
 
-    def _annotate_member(self) -> None:
-        """The member Lease says how many shards this replica uses (for `spotpool shards`)."""
-        if getattr(self, "_annotated", False):
+    def _locked(self, shard: int, call: Callable[[], bool]) -> bool:
+        with self._lease_locks[shard]:
+            return call()
+
+    def _renew_member(self) -> None:
+        """Keep the membership Lease; it also says how many shards this replica uses (for
+        `spotpool shards`)."""
+        if not self.member.renew():  # one request while held; else read and take it
+            self.member.step()
+        if getattr(self, "_annotated", False) or self.member._last is None:
             return
-        with contextlib.suppress(Exception):
-            lease = self.api.read_namespaced_lease(
-                self.member.name, self.namespace, _request_timeout=10
-            )
-            if lease.spec.holder_identity == self.identity:
-                annotations = lease.metadata.annotations or {}
-                annotations[SHARDS_ANNOTATION] = str(self.count)
-                lease.metadata.annotations = annotations
-                self.api.replace_namespaced_lease(
-                    self.member.name, self.namespace, lease, _request_timeout=10
-                )
-                self._annotated = True
+        lease = self.member._last
+        annotations = lease.metadata.annotations or {}
+        annotations[SHARDS_ANNOTATION] = str(self.count)
+        lease.metadata.annotations = annotations
+        self.member._renew(lease, self.monotonic())
+        self._annotated = True
 
-    def _forget_member(self, item: Any, now: datetime) -> None:
-        renewed = item.spec.renew_time or item.spec.acquire_time or item.metadata.creation_timestamp
-        if renewed and now > renewed + timedelta(seconds=FORGET_MEMBERS_AFTER * self.duration):
+    def _forget_member(self, name: str, seen: Observed) -> None:
+        """A member not seen to change for many durations is gone: delete its Lease."""
+        if seen.record and self.monotonic() > seen.at + FORGET_MEMBERS_AFTER * self.duration:
             with contextlib.suppress(Exception):
                 self.api.delete_namespaced_lease(
-                    item.metadata.name, self.namespace, _request_timeout=10
+                    name, self.namespace, _request_timeout=self.timeout
                 )
 
     def _note_acquired(self) -> None:
         for shard, lease in enumerate(self.leases):
-            if shard in self._stopped and lease.held():
+            if shard in self._stopped and shard not in self._draining and lease.held():
                 with self._lock:
                     self._epochs[shard] += 1
                     self._stopped.discard(shard)
-                log.info("serving shard %d (Lease %s)", shard, lease.name)
+                log.info("serving shard %d (Lease %s, token %d)", shard, lease.name,
+                         lease.transitions)  # fmt: skip
                 self.metrics.transitions.labels(str(shard), "acquired").inc()
                 self.metrics.held.labels(str(shard)).set(1)
                 self.call_soon(partial(self._wake, shard))
 
-    def _give_up(self, shard: int, lease: OperatorLease) -> None:
-        """Another replica's turn (rebalancing): stop the shard's work, then release it."""
-        if self.stop(shard, "released"):
-            log.info("gave shard %d up to rebalance (%d replicas)", shard, self.replicas)
-        lease.release()
+    def _give_up(self, shard: int) -> None:
+        """Another replica's turn (rebalancing): stop the shard's work; release the Lease once
+        its operations are over (renewed until then)."""
+        if self._halt(shard, "released"):
+            log.info("giving shard %d up to rebalance (%d replicas)", shard, self.replicas)
+        if shard not in self._draining:
+            self._drain_soon(shard, release=True)
 
-    def stop(self, shard: int, event: str) -> bool:
-        """Stop the shard's work at once (blocking): no new operation, its runs killed, and
-        wait (a third of the Lease at most) until its operations are over. False: already."""
-        with self._lock:
-            if shard in self._stopped:
-                return False
-            self._stopped.add(shard)
-        self.metrics.transitions.labels(str(shard), event).inc()
-        self.metrics.held.labels(str(shard)).set(0)
-        self.metrics.pools.labels(str(shard)).set(0)
-        uids = self.pools_of(shard)
-        deadline = time.monotonic() + self.duration / 3
-        while True:
-            for callback in self.on_stop:
-                try:
-                    callback(shard, uids)
-                except Exception:
-                    log.exception("stopping shard %d", shard)
-            if not self._inflight[shard] or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        if self._inflight[shard]:
-            log.warning("shard %d: %d operation(s) still ending", shard, self._inflight[shard])
-        return True
-
-    def release_all(self) -> None:
-        """At shutdown: stop every shard's work, give the Leases back, leave the membership."""
-        for shard, lease in enumerate(self.leases):
-            self.stop(shard, "released")
-            lease.release()
+    def release_all(self, grace: float = 10.0) -> None:
+        """At shutdown, within `grace` seconds: stop every shard's work at once, give back the
+        Leases of the shards whose operations are over (the rest expire), leave the
+        membership."""
+        deadline = time.monotonic() + grace
+        for shard in range(self.count):
+            self._halt(shard, "released")
+        drains = [
+            self._requests.submit(self._drain, shard, True, deadline)
+            for shard in range(self.count)
+            if self.leases[shard]._renewed is not None and shard not in self._draining
+        ]
+        concurrent.futures.wait(drains, timeout=max(0.0, deadline - time.monotonic()))
+        self._closing.set()
         with contextlib.suppress(Exception):
-            self.api.delete_namespaced_lease(self.member.name, self.namespace, _request_timeout=5)
+            self.api.delete_namespaced_lease(
+                self.member.name, self.namespace, _request_timeout=self.timeout
+            )
+        self._requests.shutdown(wait=False, cancel_futures=True)
 
     # --- the loops ---------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Keep the shards until cancelled: a round every third of the duration, and a look
-        every half second for a shard whose Lease slipped away (renewals failing)."""
+        """Keep the shards until cancelled: a round every third of the duration, and a watcher
+        thread that stops a shard the moment its Lease slips away (renewals failing)."""
         self._loop = loop = asyncio.get_running_loop()
-        watch = asyncio.create_task(self._watch(), name="shard-watch")
+        watching = threading.Event()
+        watcher = threading.Thread(target=self._watch, args=(watching,), name="shard-watch",
+                                   daemon=True)  # fmt: skip
+        watcher.start()
+        renewals = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shard-rounds")
         try:
             while True:
                 started = time.monotonic()
                 try:
-                    await loop.run_in_executor(LEASE_THREAD, self.step)  # own thread
+                    await loop.run_in_executor(renewals, self.step)  # own thread
                 except Exception as error:  # a conflict or a blip: `held()` runs out on its own
                     log.warning("shard Leases: %s", _short(error))
                 # A round every third of the duration, however long the renewals took.
                 await asyncio.sleep(max(0.0, self.duration / 3 - (time.monotonic() - started)))
         finally:
-            watch.cancel()
+            watching.set()
+            renewals.shutdown(wait=False)
 
-    async def _watch(self) -> None:
-        while True:
+    def _watch(self, done: threading.Event) -> None:
+        """Every fifth of a second: any shard served whose Lease slipped away is stopped, every
+        such shard at once, each on a thread of its own."""
+        counted = 0.0
+        while not done.wait(WATCH_EVERY):
             for shard, lease in enumerate(self.leases):
-                if shard not in self._stopped and not lease.held():
+                if shard not in self._stopped and not lease.held() and self._halt(shard, "lost"):
                     log.warning("lost shard %d (Lease %s): stopping its work", shard, lease.name)
-                    await asyncio.to_thread(self.stop, shard, "lost")
-            self._count_pools()
-            await asyncio.sleep(0.5)
-
-    def _count_pools(self) -> None:
-        counts = [0] * self.count
-        with self._lock:
-            for shard, _ in self._known.values():
-                counts[shard] += 1
-        for shard, count in enumerate(counts):
-            self.metrics.pools.labels(str(shard)).set(count if self.holds(shard) else 0)
+                    self._drain_soon(shard, release=False)
+            if time.monotonic() - counted > 0.5:
+                counted = time.monotonic()
+                self._count_pools()
 
     def _replicas_changed(self, count: int) -> None:
         for callback in self.on_replicas:
@@ -398,6 +344,10 @@ class ShardLeases:
             self._loop.call_soon_threadsafe(callback)
 
 
-def _short(error: Exception) -> str:
+def _done_true(future: "concurrent.futures.Future[bool]") -> bool:
+    return future.done() and future.exception() is None and bool(future.result())
+
+
+def _short(error: BaseException) -> str:
     status = getattr(error, "status", None)
     return f"HTTP {status} {getattr(error, 'reason', '')}" if status else str(error)[:200]

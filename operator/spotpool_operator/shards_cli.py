@@ -3,7 +3,7 @@ from the shard and membership Leases and the Spotpools, as any replica sees them
 
 import json
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -11,7 +11,7 @@ import typer
 from pydantic import BaseModel
 
 from spotpool_operator.sharding import MEMBER_INFIX, shard_lease_name, shard_of
-from spotpool_operator.shards import SHARDS_ANNOTATION, live_holder
+from spotpool_operator.shards import SHARDS_ANNOTATION
 
 UNHELD = "(nobody)"
 
@@ -38,6 +38,20 @@ class ShardReport(BaseModel):
     shards: list[ShardRow]
     replicas: list[ReplicaRow]
     pools: int
+
+
+def live_holder(lease: Any, now: datetime, default_duration: float) -> str | None:
+    """The Lease's holder, as a one-off look by wall clock sees it (renewed within its
+    duration). For a person's report only: the replicas never decide on wall clocks
+    (lease.py), and a replica whose clock is off shows up here as a holder renewed in the
+    future or long ago."""
+    spec = lease.spec
+    holder = spec.holder_identity or ""
+    renewed = spec.renew_time or spec.acquire_time
+    if not holder or renewed is None:
+        return None
+    duration = spec.lease_duration_seconds or default_duration
+    return str(holder) if now <= renewed + timedelta(seconds=duration) else None
 
 
 def hostname_of(identity: str) -> str:

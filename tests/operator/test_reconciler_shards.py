@@ -25,8 +25,7 @@ def _sharded(tmp_path: Path) -> tuple[World, ShardLeases]:
 
 def _hold(shards: ShardLeases, shard: int) -> None:
     """As a won Lease leaves it (step() against the API server: tests/e2e/test_shards.py)."""
-    now = datetime.now(UTC)
-    shards.leases[shard]._acquired = shards.leases[shard]._renewed = now
+    shards.leases[shard].assume()
     shards._note_acquired()
 
 
@@ -76,8 +75,7 @@ def test_a_lock_is_broken_only_for_an_earlier_holder_of_the_pools_own_shard() ->
     acquired = datetime(2026, 11, 24, 15, 0, tzinfo=UTC)
     for shard, earlier in ((2, {"pod-b"}), (3, {"pod-c"})):
         lease = shards.leases[shard]
-        lease._acquired, lease._renewed = acquired, datetime.now(UTC)
-        lease._earlier = frozenset(earlier)
+        lease.assume(frozenset(earlier), acquired)
     shards._note_acquired()
     writer = Writer("pod-a", 4242, shards.view(_uid_in(2)))
 

@@ -3,13 +3,15 @@
 A self-managed backend records each lock's owner (hostname and pid of the `pulumi` CLI that
 took it, and when). A lock is broken only when its owner is provably gone:
 
-- the operator holds its Kubernetes Lease, and the lock was taken before it acquired the Lease
-  by a host that held the Lease earlier (a replaced pod, or this pod before a container
-  restart, which may even reuse the dead pid): that holder lost or released the Lease, and a
-  holder stops writing the moment it does. With replicas, the Lease is the one of the pool's
-  shard (operator shards.py): a replica that held the shard earlier stopped writing its stacks
-  when it lost or gave the shard up, even if it lives on serving other shards; a replica that
-  never held this shard proves nothing;
+- the operator holds its Kubernetes Lease, and the lock was taken by another host that held the
+  Lease earlier (a replaced pod): that holder lost or released the Lease, and a holder's runs
+  are dead before anyone else may take its Lease over (operator lease.py and shards.py: no
+  clock of two nodes is compared, and no CLI is launched once the Lease slipped away); or by
+  this host before this process acquired the Lease (this pod before a container restart,
+  which may even reuse the dead pid: one clock, so the lock's time tells). With replicas,
+  the Lease is the one of the pool's shard (operator shards.py): a replica that held the shard
+  earlier stopped writing its stacks when it lost or gave the shard up, even if it lives on
+  serving other shards; a replica that never held this shard proves nothing;
 - or the lock is this host's and its pid is not alive (a CLI that was killed here).
 
 A lock of anyone else (a person's `pulumi up` on a laptop, another install) is never broken:
@@ -79,16 +81,23 @@ def decide_lock(lock: LockOwner, writer: Writer, pid_alive: Callable[[int], bool
     if lease is not None:
         if not lease.held():
             return LockDecision(False, "this operator does not hold its Lease: it breaks nothing")
-        acquired = lease.acquired_at()
-        if (
-            lock.timestamp is not None
-            and lock.timestamp < acquired
-            and lock.hostname in lease.earlier_holders()
-        ):
+        earlier = bool(lock.hostname) and lock.hostname in lease.earlier_holders()
+        if earlier and not same_host:
+            # No clock of another node is read: an earlier holder on another host stopped its
+            # runs before its Lease could be taken over, so its lock is a dead run's.
             return LockDecision(
                 True,
-                f"taken by {lock.hostname} before this operator acquired the Lease "
-                f"({acquired.isoformat(timespec='seconds')}); that earlier holder is gone",
+                f"taken by {lock.hostname}, an earlier holder of the Lease: it stopped its "
+                "runs before this operator could acquire the Lease",
+            )
+        acquired = lease.acquired_at()
+        if earlier and lock.timestamp is not None and lock.timestamp < acquired:
+            # This host before a restart (the same clock): a lock older than this process's
+            # Lease is the previous container's, even if its pid is reused.
+            return LockDecision(
+                True,
+                f"taken on this host before this operator acquired the Lease "
+                f"({acquired.isoformat(timespec='seconds')}): a previous container's",
             )
     if same_host and lock.pid is not None and lock.pid != writer.pid and not pid_alive(lock.pid):
         return LockDecision(True, f"its process {lock.pid} on this host is not running")

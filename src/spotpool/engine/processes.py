@@ -2,14 +2,21 @@
 
 The Automation API starts the `pulumi` CLI as a child of this process; the CLI starts the
 provider plugins, each in a process group of its own, so killing the CLI's group leaves them
-running. The whole tree is collected first and then killed, leaves included.
+running. The whole tree is collected first and then killed, leaves included. And none
+starts without passing its thread's fence (`fenced`): a writer that lost its Lease launches
+no further CLI.
 """
 
 import os
 import signal
+import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
 
 import psutil
+from pulumi import automation as auto
 
 
 def pulumi_runs(stack: str | None = None) -> list[psutil.Process]:
@@ -44,3 +51,44 @@ def kill_runs(stack: str | None = None, grace: float = 0.0) -> list[int]:
     if grace:
         time.sleep(grace)
     return killed
+
+
+# --- fencing: a check before every CLI launch ------------------------------------------------
+
+_fence = threading.local()
+
+
+@contextmanager
+def fenced(check: Callable[[], None]) -> Iterator[None]:
+    """While in this block, every Pulumi CLI this thread launches is launched only after
+    `check` passes (it raises to refuse: the writer lost its right to write the stack)."""
+    previous = getattr(_fence, "check", None)
+    _fence.check = check
+    try:
+        yield
+    finally:
+        _fence.check = previous
+
+
+def check_fence() -> None:
+    """Raise unless this thread may launch a CLI now (no fence: run by hand, always)."""
+    check = getattr(_fence, "check", None)
+    if check is not None:
+        check()
+
+
+class FencedCommand(auto.PulumiCommand):
+    """The Pulumi CLI runner of every stack: each launch passes the thread's fence first, so
+    no run starts once the writer lost its Lease — not even the next CLI of an operation
+    already under way (the `up` after an orphan sweep, a refresh after a repair)."""
+
+    def run(
+        self,
+        args: list[str],
+        cwd: str,
+        additional_env: Mapping[str, str],
+        on_output: Callable[[str], Any] | None = None,
+        on_error: Callable[[str], Any] | None = None,
+    ) -> auto.CommandResult:
+        check_fence()
+        return super().run(args, cwd, additional_env, on_output, on_error)

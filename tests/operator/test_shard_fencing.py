@@ -1,0 +1,168 @@
+"""Fencing the shards' work (shards.py, shard_work.py): a round's renewals go out at once; a
+lost shard's runs are killed on threads of their own, every shard at once; a shard given up is
+released only once its operation is over, and no CLI starts in between; shutdown releases
+within its grace; the engine's fence refuses a CLI launch once the shard went."""
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from spotpool_operator.sharding import shard_of
+from spotpool_operator.shards import NotServed, ShardLeases
+
+from spotpool.engine.processes import FencedCommand, fenced
+from tests.operator.lease_fakes import FakeClock, FakeLeases, Stalling
+
+SHARDS, D = 16, 30.0
+
+
+def _replica(api: object, host: str, clock: FakeClock, shards: int = SHARDS) -> ShardLeases:
+    return ShardLeases(api, "ops", "op", shards, D, hostname=host, monotonic=clock)
+
+
+def _uid_in(shard: int, shards: int = SHARDS) -> str:
+    return next(f"uid-{n}" for n in range(1000) if shard_of(f"uid-{n}", shards) == shard)
+
+
+def test_a_round_renews_every_shard_at_once_with_a_slow_api_server() -> None:
+    server, clock = FakeLeases(), FakeClock()
+    replica = _replica(server, "pod-a", clock)
+    replica.step()
+    replica.step()
+    assert all(replica.holds(s) for s in range(SHARDS))
+    server.delay = 0.4  # every request takes 0.4 s
+    calls, started = server.calls, time.monotonic()
+    replica.step()
+    took = time.monotonic() - started
+    assert server.calls - calls == SHARDS + 2  # 16 renewals, the membership, the listing
+    assert took < 4 * server.delay  # in parallel: 18 one after another would take 7.2 s
+    assert all(replica.holds(s) for s in range(SHARDS))
+    print(f"\na round of {SHARDS + 2} requests at 0.4 s each took {took:.2f} s")
+
+
+def test_every_lost_shards_runs_are_killed_at_once_on_threads_of_their_own() -> None:
+    server, clock = FakeLeases(), FakeClock()
+    api = Stalling(server)
+    replica = _replica(api, "pod-a", clock)
+    replica.step()
+    replica.step()
+    killed: dict[int, tuple[str, float]] = {}
+
+    def kill(shard: int, uids: list[str]) -> None:  # a slow kill: 0.5 s each
+        time.sleep(0.5)
+        killed[shard] = (threading.current_thread().name, time.monotonic())
+
+    replica.on_stop.append(kill)
+    done = threading.Event()
+    watcher = threading.Thread(target=replica._watch, args=(done,))
+    watcher.start()
+    try:
+        api.down = True  # renewals fail from now on
+        with pytest.raises(TimeoutError):
+            replica.step()
+        clock.advance(D * 2 / 3 + 0.1)  # the Lease slipped away
+        lost = time.monotonic()
+        while len(killed) < SHARDS and time.monotonic() - lost < 10:
+            time.sleep(0.05)
+    finally:
+        done.set()
+        watcher.join()
+    assert sorted(killed) == list(range(SHARDS))
+    assert {name for name, _ in killed.values()} == {f"shard-{s}-stop" for s in range(SHARDS)}
+    last = max(at for _, at in killed.values()) - lost
+    assert last < 1.5  # all at once: one after another would take 8 s
+    assert not any(replica.holds(s) for s in range(SHARDS))
+    print(f"\n{SHARDS} lost shards' runs killed within {last:.2f} s")
+
+
+def test_a_shard_given_up_stays_held_until_its_operation_ends_and_launches_nothing_meanwhile(
+    tmp_path: Path,
+) -> None:
+    server, clock = FakeLeases(), FakeClock()
+    a = _replica(server, "pod-a", clock, shards=2)
+    a.step()
+    a.step()
+    assert a.holds(0) and a.holds(1)
+    kills: list[int] = []
+    a.on_stop.append(lambda shard, uids: kills.append(shard))
+    command = _fake_pulumi(tmp_path)
+    b = _replica(server, "pod-b", clock, shards=2)
+    in_op, finish = threading.Event(), threading.Event()
+    outcome: dict[str, object] = {}
+
+    def operation(uid: str) -> None:
+        with a.operation(uid) as fence, fenced(lambda: a.check(fence)):
+            in_op.set()
+            finish.wait(10)
+            try:
+                command.run(["up"], str(tmp_path), {})
+                outcome["launched"] = True
+            except NotServed as error:
+                outcome["refused"] = str(error)
+
+    running = [threading.Thread(target=operation, args=(_uid_in(s, 2),)) for s in (0, 1)]
+    for thread in running:
+        thread.start()
+    in_op.wait(5)
+    b.step()  # b joins: one shard is to move to it
+    a.step()
+    moving = next(s for s in (0, 1) if not a.holds(s))
+    for _ in range(4):  # a whole duration and more: a keeps renewing the moving shard's Lease
+        clock.advance(D / 3)
+        b.step()
+        a.step()
+        assert not b.holds(moving)
+        assert server.items[a.leases[moving].name].spec.holder_identity == a.identity
+    assert moving in kills  # its runs are being killed meanwhile
+    finish.set()
+    for thread in running:
+        thread.join()
+    assert outcome == {"launched": True, "refused": outcome["refused"]}  # only the kept shard
+    assert f"shard {moving}" in str(outcome["refused"])
+    assert not (tmp_path / f"launched-{moving}").exists()
+    deadline = time.monotonic() + 5
+    while not b.holds(moving) and time.monotonic() < deadline:
+        a.step()
+        b.step()
+        time.sleep(0.05)
+    assert b.holds(moving) and not a.holds(moving)
+
+
+def test_release_all_ends_within_its_grace_and_keeps_the_lease_of_a_live_operation() -> None:
+    server, clock = FakeLeases(), FakeClock()
+    a = _replica(server, "pod-a", clock, shards=2)
+    a.step()
+    a.step()
+    stuck, finish = threading.Event(), threading.Event()
+
+    def operation() -> None:
+        with a.operation(_uid_in(0, 2)):
+            stuck.set()
+            finish.wait(10)
+
+    thread = threading.Thread(target=operation)
+    thread.start()
+    stuck.wait(5)
+    started = time.monotonic()
+    a.release_all(grace=1.0)
+    took = time.monotonic() - started
+    finish.set()
+    thread.join()
+    assert took < 1.5
+    assert server.items[a.leases[0].name].spec.holder_identity == a.identity  # it expires
+    assert server.items[a.leases[1].name].spec.holder_identity == ""  # given back
+    assert a.member.name not in server.items
+
+
+def _fake_pulumi(tmp_path: Path) -> FencedCommand:
+    """A `pulumi` that records each launch (a file), as the fence sees a real one."""
+    root = tmp_path / "pulumi"
+    (root / "bin").mkdir(parents=True)
+    script = root / "bin" / "pulumi"
+    script.write_text(
+        '#!/bin/sh\nif [ "$1" = version ]; then echo v3.200.0; exit 0; fi\n'
+        f'touch "{tmp_path}/launched-$$"\n'
+    )
+    script.chmod(0o755)
+    return FencedCommand(root=str(root), skip_version_check=True)
