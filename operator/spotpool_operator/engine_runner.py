@@ -25,7 +25,7 @@ from spotpool.api.spec import ChargeType, SpotpoolSpec, parse_duration
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.api.status import SpotpoolStatus
 from spotpool.engine.credentials import Credentials
-from spotpool.engine.processes import kill_runs
+from spotpool.engine.processes import fenced, kill_runs
 from spotpool.engine.results import OperationResult
 from spotpool_operator import status as render
 from spotpool_operator.capacity import Capacity, Replan, live_slots
@@ -409,12 +409,16 @@ class PoolWork:
 
     def _guarded(self, uid: str | None, call: Callable[..., T], *args: Any) -> T:
         """In the engine's thread: run only while the pool's shard is served, counted as its
-        operation (a shard is given up only when its operations are over)."""
+        operation (a shard is given up only when its operations are over), and launch each
+        Pulumi CLI only after checking the operation's fence (the shard still held, in the
+        same epoch)."""
         if self.shards is None or uid is None:
             return call(*args)
-        with self.shards.operation(uid):
+        shards = self.shards
+        with shards.operation(uid) as fence, fenced(partial(shards.check, fence)):
             stack = getattr(getattr(call, "__self__", None), "name", uid)
             what = getattr(call, "__name__", "call")
+            RUNS.debug("%s of %s: shard %d, token %d", what, stack, fence.shard, fence.token)
             RUNS.info("%s of %s begins", what, stack)  # tests check no two replicas overlap
             try:
                 return call(*args)

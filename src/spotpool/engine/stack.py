@@ -39,7 +39,7 @@ from spotpool.engine.errors import (
 from spotpool.engine.events import EventPrinter
 from spotpool.engine.lean_stack import LeanStack
 from spotpool.engine.orphans import waited_for
-from spotpool.engine.processes import kill_runs
+from spotpool.engine.processes import FencedCommand, kill_runs
 from spotpool.engine.program import load_program
 from spotpool.engine.results import (
     OperationKind,
@@ -92,7 +92,7 @@ def _stack_lock(name: str) -> threading.Lock:
 def pulumi_command(root: Path) -> auto.PulumiCommand:
     if not (root / "bin" / "pulumi").exists():
         raise EngineError(f"no pulumi CLI at {root / 'bin'}: run `make toolchain`")
-    return auto.PulumiCommand(root=str(root))
+    return FencedCommand(root=str(root))  # every launch passes the thread's fence first
 
 
 def surge_slot_of_urn(urn: str) -> int | None:
