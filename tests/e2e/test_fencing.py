@@ -1,0 +1,155 @@
+"""Fencing on the real kube-apiserver (issue 20, items 1-4): a replica whose clock runs 15 s
+ahead never takes a shard a live replica keeps renewing; a replica whose API-server connection
+stalls (a TCP proxy holding its bytes) kills its runs before anyone may take its shards over;
+with operators, no two replicas ever run Pulumi on one stack (their logs)."""
+
+import asyncio
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import kubernetes
+import pytest
+from spotpool_operator.shards import ShardLeases
+
+from spotpool.localworld.kube import Kube
+from tests.e2e.stall_proxy import StallProxy, target_of
+
+pytestmark = pytest.mark.e2e
+SHARDS, D, AHEAD = 4, 6.0, 15.0
+
+
+@dataclass
+class Running:
+    """A replica's real loops (`ShardLeases.run`: rounds and the watcher thread) in a thread."""
+
+    replica: ShardLeases
+    stops: dict[int, list[float]] = field(default_factory=dict)  # shard -> when its work stopped
+    loop: asyncio.AbstractEventLoop | None = None
+    task: "asyncio.Task[None] | None" = None
+
+    def __post_init__(self) -> None:
+        def stopped(shard: int, uids: list[str]) -> None:
+            times = self.stops.setdefault(shard, [])
+            if not times or time.monotonic() - times[-1] > 1.0:  # the first kill of a stop
+                times.append(time.monotonic())
+
+        self.replica.on_stop.append(stopped)
+        started = threading.Event()
+
+        def serve() -> None:
+            async def main() -> None:
+                self.loop = asyncio.get_running_loop()
+                self.task = asyncio.current_task()  # type: ignore[assignment]
+                started.set()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self.replica.run()
+
+            asyncio.run(main())
+
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+        started.wait(5)
+
+    def held(self) -> set[int]:
+        return {s for s in range(SHARDS) if self.replica.holds(s)}
+
+    def stop(self) -> None:
+        if self.loop is not None and self.task is not None:
+            self.loop.call_soon_threadsafe(self.task.cancel)
+        self.thread.join(10)
+        self.replica.release_all(grace=5)
+
+
+@pytest.fixture()
+def world(kube: Kube, tmp_path: Path) -> Iterator[tuple[Kube, str, StallProxy, Path]]:
+    namespace = f"fencing-{uuid.uuid4().hex[:6]}"
+    kube.ok("create", "namespace", namespace)
+    proxy = StallProxy(*target_of(kube.kubeconfig))
+    proxied = proxy.kubeconfig(kube.kubeconfig, tmp_path / "kubeconfig-via-proxy")
+    try:
+        yield kube, namespace, proxy, proxied
+    finally:
+        proxy.stalled.clear()
+        proxy.close()
+        kube.run("delete", "namespace", namespace, "--wait=false")
+
+
+def _api(kubeconfig: Path) -> object:
+    client = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+    return kubernetes.client.CoordinationV1Api(client)
+
+
+def _watch(a: Running, b: Running, seconds: float, until: object = None) -> list[str]:
+    """Sample both replicas every 50 ms for `seconds` (or until `until()`): the shards both
+    served at once."""
+    both: list[str] = []
+    ends = time.monotonic() + seconds
+    while time.monotonic() < ends:
+        shared = a.held() & b.held()
+        if shared:
+            both.append(f"{time.monotonic():.2f}: {sorted(shared)}")
+        if callable(until) and until():
+            break
+        time.sleep(0.05)
+    return both
+
+
+def test_a_replica_15s_ahead_and_a_stalled_replica_never_serve_one_shard_at_once(
+    world: tuple[Kube, str, StallProxy, Path],
+) -> None:
+    kube, namespace, proxy, proxied = world
+    a = Running(ShardLeases(_api(proxied), namespace, "sp", SHARDS, D, hostname="pod-a"))
+    try:
+        ends = time.monotonic() + 30
+        while a.held() != set(range(SHARDS)) and time.monotonic() < ends:
+            time.sleep(0.1)
+        assert a.held() == set(range(SHARDS))
+
+        # B joins with its clock 15 s ahead: to its wall clock every Lease of A's looks 15 s
+        # old (more than twice the duration); it takes its share only as A hands shards over.
+        ahead = lambda: datetime.now(UTC) + timedelta(seconds=AHEAD)  # noqa: E731
+        b_api = _api(kube.kubeconfig)
+        b = Running(ShardLeases(b_api, namespace, "sp", SHARDS, D, "pod-b", ahead))
+        try:
+            both = _watch(a, b, 3 * D, until=lambda: len(a.held()) == len(b.held()) == 2)
+            assert not both, f"served by both replicas at once: {both[:5]}"
+            assert len(a.held()) == len(b.held()) == 2, (a.held(), b.held())
+            assert not _watch(a, b, D)  # and it stays so (a Lease duration and more)
+            assert len(a.held()) == len(b.held()) == 2, (a.held(), b.held())
+
+            # A's connection stalls: A stops its shards' work before B may take them
+            theirs = a.held()
+            proxy.stalled.set()
+            stalled = time.monotonic()
+            taken: dict[int, float] = {}
+
+            def all_taken() -> bool:
+                for shard in b.held() & theirs:
+                    taken.setdefault(shard, time.monotonic())
+                return set(taken) == theirs
+
+            both = _watch(a, b, 4 * D, until=all_taken)
+            assert not both, f"served by both replicas at once: {both[:5]}"
+            assert set(taken) == theirs, (taken, theirs)
+            for shard in theirs:
+                killed = [t for t in a.stops.get(shard, []) if t >= stalled]
+                assert killed, f"A never stopped shard {shard}"
+                gap = taken[shard] - killed[0]
+                print(
+                    f"\nshard {shard}: A stopped {killed[0] - stalled:.2f} s into the stall, "
+                    f"B took it {taken[shard] - stalled:.2f} s in ({gap:.2f} s later)"
+                )
+                assert gap > 1.0, f"shard {shard}: B took it {gap:.2f} s after A stopped it"
+            proxy.stalled.clear()
+            assert not _watch(a, b, D)
+        finally:
+            b.stop()
+    finally:
+        proxy.stalled.clear()
+        a.stop()
