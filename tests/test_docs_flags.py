@@ -44,6 +44,9 @@ OTHER_TOOLS = {
     "--expect-no-changes": "pulumi preview",
     "--path": "pulumi config set",
     "--config-file": "pulumi (every stack command)",
+    "--skip-crds": "helm install",
+    "--server-side": "kubectl apply",
+    "--force-conflicts": "kubectl apply",
 }
 
 # Other tools whose command lines the docs show (their flags are theirs, not checked here).
