@@ -18,7 +18,9 @@ from spotpool.api.stackconfig import TAG_INSTALL, StackConfig
 
 # What the cloud never reports back about an instance. An adopted instance keeps what it was
 # created with: setting these again would reset its password or, for hostname, reinstall it.
-NOT_READ_BACK = ["hostname", "password", "keyIds", "userDataRaw", "spotInstanceType"]
+NOT_READ_BACK = [
+    "hostname", "password", "keyIds", "userDataRaw", "spotInstanceType", "spotMaxPrice",
+]  # fmt: skip
 SECRET_INPUTS = ["password", "userDataRaw"]  # inputs the stack holds as secrets
 
 

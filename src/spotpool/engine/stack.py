@@ -28,7 +28,7 @@ from spotpool.api.stackconfig import (
     PoolIdentity,
     StackConfig,
 )
-from spotpool.engine import cloud_errors, recovery
+from spotpool.engine import cloud_errors, launch_intents, recovery
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.errors import (
     EngineError,
@@ -147,19 +147,23 @@ class PoolStack:
         look at the cloud first, in the same run (instances gone while nobody watched)."""
         with self._operation(OperationKind.UP) as (stack, result, state):
             surging, slot_urns = _ids_by_surge(state), _slot_urns(state)
-            if refresh and (noticed := [slot_urns[s] for s in surging if s in slot_urns]):
+            launched = launch_intents.read_intent(self)  # the fast path's, to adopt (fast_launch)
+            noticed = [slot_urns[s] for s in surging if s in slot_urns] if refresh else []
+            if noticed := noticed + launched.stale_urns(slot_urns, _ids_by_slot(state)):
                 # A surge's slot: a refresh inside the up would drop a taken instance and then
                 # create a new one beside the surge; refresh first, so the surge takes the slot.
+                # A fast-path launch's slot likewise: its reclaimed instance leaves first.
                 stack.refresh(target=noticed, color="never", show_secrets=False)
                 state = _export(stack)
                 surging = _ids_by_surge(state)
             owned = _ids_by_slot(state)
             config = _carried_over(config, state, owned)
             surge, promote = surge_plan(set(owned), set(surging), config.count)
-            config = _pinned(config, _previous_config(state), promote)
+            config = launched.placed(_pinned(config, _previous_config(state), promote), owned)
             orphans = recovery.sweep_orphans(
-                self, config, owned, cap=config.count, dead_run_slots=self._dead_run_slots,
-                held=frozenset(surging.values()),
+                self, config, owned, cap=config.count,
+                dead_run_slots=self._dead_run_slots | frozenset(launched.free(owned)),
+                held=frozenset(surging.values()) | launched.protected(owned),
             )  # fmt: skip
             config = config.adopting(orphans.adoptable)
             result.recovered += orphans.notes()
@@ -177,6 +181,7 @@ class PoolStack:
             result.instances = instances_of(reply.outputs)
             result.surges = instances_of(reply.outputs, "surges")
             self._remember_urns(_export(stack))
+            launch_intents.settle(self, launched, {i.slot: i.instance_id for i in result.instances})
         return result
 
     def replace_slots(
@@ -193,7 +198,13 @@ class PoolStack:
         process does not know the slots' URNs or has not repaired the stack yet."""
         known = _known.get(self._key())  # no select here: the operation mends first
         urns = [known.urns[s] for s in slots if s in known.urns] if known else []
-        if known is None or len(urns) != len(slots) or not known.repaired or not known.config:
+        if (
+            known is None
+            or len(urns) != len(slots)
+            or not known.repaired
+            or not known.config
+            or self.name in launch_intents.PENDING  # the fast path's instances: a full up adopts
+        ):
             return self.up(config, login_password, refresh=True, replan=replan)  # gone ones leave
         promote = sorted(s for s in slots if s in known.surges and s < config.count)
         with self._operation(OperationKind.UP, light=not promote) as (stack, result, state):

@@ -1,0 +1,250 @@
+"""The storm fast path for real: a slot's replacement launched through the cloud API (official
+SDK) with the request the tencentcloud provider sends for that slot, then adopted into the slot
+by the stack's next `up` (real Pulumi, real provider, the emulator as the cloud), after which
+a plain `pulumi preview` shows no change."""
+
+import base64
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spotpool.api.notices import NONCE_TAG, NoticeAgent, slot_token
+from spotpool.api.stackconfig import StackConfig
+from spotpool.engine import fast_launch, launch_intents
+from spotpool.engine.backend_files import open_backend
+from spotpool.engine.stack import PoolStack, forget_stack
+from spotpool.localworld.emulator import wait_until
+from spotpool.toolchain.paths import bin_dir
+from tests.conftest import require_tool
+from tests.engine.conftest import REGION, EngineWorld
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).parents[2]
+AGENT = NoticeAgent(url="http://10.0.0.5:8090", command="spotpool notice-agent")
+PASSWORD = "Sp0t-pool-pw!"
+
+
+def _config(world: EngineWorld, stack: PoolStack, replicas: int) -> StackConfig:
+    """Every input the program turns into a request field: user data with the notice agent,
+    tags, ordered security groups, a spot price cap (and a password, given to each run)."""
+    return world.config(
+        stack,
+        replicas,
+        userData="#!/bin/sh\necho storm\n",
+        tags={"team": "ml", "cost-center": "42"},
+        securityGroupIds=["sg-bbb222", "sg-aaa111"],
+        spotMaxPrice="2.5",
+    ).model_copy(update={"notice_agent": AGENT})
+
+
+def _run_requests(world: EngineWorld) -> list[dict[str, Any]]:
+    calls = world.emulator.admin_ok("GET", "/_emulator/requests?action=RunInstances")["Requests"]
+    return [c["Params"] for c in calls if c["Code"] == "OK"]
+
+
+def _tags(params: dict[str, Any]) -> dict[str, str]:
+    (spec,) = params["TagSpecification"]
+    return {t["Key"]: t["Value"] for t in spec["Tags"]}
+
+
+def _slot_of(params: dict[str, Any]) -> int:
+    return int(_tags(params)["spotpool-slot"])
+
+
+def _normalized(params: dict[str, Any]) -> dict[str, Any]:
+    """The request with order made irrelevant (tags sorted) and what differs by design left
+    out: `ClientToken` (the provider sends none), and the generation of the instance — the
+    `spotpool-notice-nonce` tag's value and, in the user data, the agent's
+    `SPOTPOOL_NOTICE_NONCE` and `SPOTPOOL_NOTICE_TOKEN` lines (a fresh nonce per create)."""
+    body = {k: v for k, v in params.items() if k != "ClientToken"}
+    tags = _tags(params)
+    assert tags.pop(NONCE_TAG)  # both carry one
+    body["TagSpecification"] = [{"ResourceType": "instance", "Tags": sorted(tags.items())}]
+    text = base64.b64decode(params["UserData"]).decode()
+    text, masked = re.subn(r"(SPOTPOOL_NOTICE_(?:NONCE|TOKEN))=\S+", r"\1=*", text)
+    assert masked == 2
+    body["UserData"] = text
+    return body
+
+
+def _user_data_settings(params: dict[str, Any]) -> dict[str, str]:
+    text = base64.b64decode(params["UserData"]).decode()
+    return dict(re.findall(r"(SPOTPOOL_NOTICE_[A-Z]+)=(\S+)", text))
+
+
+def _pool_instances(world: EngineWorld, stack: PoolStack) -> dict[str, str]:
+    return world.cloud_instances(stack)
+
+
+def _preview_expecting_no_changes(world: EngineWorld, stack: PoolStack, tmp: Path) -> str:
+    """`pulumi preview --expect-no-changes` as a person runs it on the stack (the config of
+    its last update, the program through the language host)."""
+    require_tool("pulumi-language-python")
+    config_file = tmp / f"Pulumi.{stack.name}.yaml"
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir()}:{os.environ['PATH']}",
+        "PULUMI_BACKEND_URL": world.settings.backend_url,
+        "PULUMI_CONFIG_PASSPHRASE": world.settings.passphrase.get_secret_value(),
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_IGNORE_AMBIENT_PLUGINS": "true",
+        "PULUMI_DIY_BACKEND_GZIP": "true",
+        "PULUMI_DIY_BACKEND_DISABLE_CHECKPOINT_BACKUPS": "true",
+        **world.credentials.provider_env(),
+        "TENCENTCLOUD_REGION": REGION,
+        "TENCENTCLOUD_PROTOCOL": "HTTP",
+        "HTTP_PROXY": world.emulator.endpoint,
+        "NO_PROXY": "127.0.0.1,localhost",
+    }
+    shown = ""
+    for args in (["config", "refresh"], ["preview", "--expect-no-changes", "--diff"]):
+        done = subprocess.run(
+            ["pulumi", *args, "--stack", stack.name, "--config-file", str(config_file)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        shown = done.stdout
+    return shown
+
+
+def test_fast_path_sends_the_providers_request_and_up_adopts_it_with_no_change(
+    world: EngineWorld, tmp_path: Path
+) -> None:
+    stack = world.pool()
+    config = _config(world, stack, 2)
+    first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
+    by_provider = {_slot_of(p): p for p in _run_requests(world)}
+    assert sorted(by_provider) == [0, 1]
+
+    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[1]]})
+    wait_until(lambda: first[1] not in _pool_instances(world, stack), "the reclaim", timeout=30)
+    launched = fast_launch.launch_replacements(stack, config, [1], login_password=PASSWORD)
+
+    assert launched.failed == {} and list(launched.instances) == [1]
+    fast_id = launched.instances[1]
+    assert fast_id not in first.values() and fast_id in _pool_instances(world, stack)
+    *_, ours = _run_requests(world)
+    # (a) the very request the provider sends for slot 1, but for the generation
+    assert _normalized(ours) == _normalized(by_provider[1])
+    assert ours["ClientToken"] and "ClientToken" not in by_provider[1]
+    nonce = _tags(ours)[NONCE_TAG]
+    assert nonce != _tags(by_provider[1])[NONCE_TAG]
+    agent = _user_data_settings(ours)
+    assert agent["SPOTPOOL_NOTICE_NONCE"] == nonce
+    key = world.settings.notice_key(stack.pool.uid)
+    assert agent["SPOTPOOL_NOTICE_TOKEN"] == slot_token(key, 1, nonce)
+    # The intent beside the stack's files, before any up: no secret in it.
+    files = open_backend(world.settings.backend_url)
+    assert files is not None
+    raw = files.read(launch_intents.intent_key(stack.name)).decode()
+    intent = json.loads(raw)
+    assert intent["slots"]["1"]["instance_id"] == fast_id
+    assert intent["slots"]["1"]["client_token"] == ours["ClientToken"]
+    assert PASSWORD not in raw and key not in raw and agent["SPOTPOOL_NOTICE_TOKEN"] not in raw
+
+    served = len(_run_requests(world))
+    adopted = stack.up(config, login_password=PASSWORD, refresh=True)
+
+    # (b) the slot holds the fast-path instance; nothing was created, nothing replaced
+    assert {i.slot: i.instance_id for i in adopted.instances} == {0: first[0], 1: fast_id}
+    assert adopted.changes.create == 0 and adopted.changes.delete == 0
+    assert len(_run_requests(world)) == served
+    assert any(fast_id in note and "adopted" in note for note in adopted.recovered)
+    assert next(i for i in adopted.instances if i.slot == 1).nonce == nonce
+    assert sorted(_pool_instances(world, stack)) == sorted([first[0], fast_id])
+    assert launch_intents.read_intent(stack).slots == {}  # settled
+    assert stack.name not in launch_intents.PENDING
+    shown = _preview_expecting_no_changes(world, stack, tmp_path)
+    assert "4 unchanged" in shown, shown
+    again = stack.up(config, login_password=PASSWORD)
+    changed = again.changes.model_dump(exclude={"same"})
+    assert not any(changed.values()) and not again.recovered, (changed, again.recovered)
+
+
+def test_a_retry_or_a_restart_with_the_same_intent_launches_nothing_new(
+    world: EngineWorld,
+) -> None:
+    stack = world.pool()
+    config = _config(world, stack, 2)
+    first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
+    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[0]]})
+    wait_until(lambda: first[0] not in _pool_instances(world, stack), "the reclaim", timeout=30)
+
+    once = fast_launch.launch_replacements(stack, config, [0], login_password=PASSWORD)
+    twice = fast_launch.launch_replacements(stack, config, [0], login_password=PASSWORD)
+    # A restart: a new process knows nothing of the stack but what the backend holds.
+    forget_stack(stack.name)
+    launch_intents.PENDING.clear()
+    restarted = PoolStack(stack.pool, world.settings, world.credentials, REGION)
+    thrice = fast_launch.launch_replacements(restarted, config, [0], login_password=PASSWORD)
+
+    assert once.instances == twice.instances == thrice.instances
+    (fast_id,) = once.instances.values()
+    # (c) three calls, one ClientToken, one instance
+    fast_calls = [p for p in _run_requests(world) if "ClientToken" in p]
+    assert len(fast_calls) == 3 and len({p["ClientToken"] for p in fast_calls}) == 1
+    assert sorted(_pool_instances(world, stack)) == sorted([fast_id, first[1]])
+
+    adopted = restarted.up(config, login_password=PASSWORD, refresh=True)
+    assert {i.slot: i.instance_id for i in adopted.instances} == {0: fast_id, 1: first[1]}
+    assert adopted.changes.create == 0
+
+
+def test_a_kill_between_launch_and_its_reply_still_leaves_one_instance_per_slot(
+    world: EngineWorld,
+) -> None:
+    """The intent is written before RunInstances is sent: a writer killed before the reply
+    leaves the slot's ClientToken but no instance id. The next writer's `up` adopts the
+    instance by its tags (the slot a dead launch was filling), never makes a second."""
+    stack = world.pool()
+    config = _config(world, stack, 2)
+    first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
+    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[1]]})
+    wait_until(lambda: first[1] not in _pool_instances(world, stack), "the reclaim", timeout=30)
+    (fast_id,) = fast_launch.launch_replacements(stack, config, [1], PASSWORD).instances.values()
+    intent = launch_intents.read_intent(stack)
+    intent.slots[1].instance_id = None  # as if killed before the cloud's reply arrived
+    launch_intents.write_intent(stack, intent)
+    forget_stack(stack.name)
+    launch_intents.PENDING.clear()
+
+    successor = PoolStack(stack.pool, world.settings, world.credentials, REGION)
+    adopted = successor.up(config, login_password=PASSWORD, refresh=True)
+
+    assert {i.slot: i.instance_id for i in adopted.instances} == {0: first[0], 1: fast_id}
+    assert adopted.changes.create == 0
+    assert sorted(_pool_instances(world, stack)) == sorted([first[0], fast_id])
+    assert launch_intents.read_intent(successor).slots == {}
+
+
+def test_a_storm_within_the_clouds_request_limits_launches_every_slot_once(
+    world: EngineWorld,
+) -> None:
+    """Twelve slots at once against an emulator enforcing Tencent's limits (RunInstances
+    10/s): the shared token bucket paces the calls to the limit (arrival jitter may still get
+    one refused at its edge: it is sent again, same ClientToken), every slot gets exactly one
+    instance, and the first `up` of the new stack adopts all twelve (no create)."""
+    world.emulator.admin_ok("POST", "/_emulator/rate-limits", {"Enabled": True})
+    stack = world.pool("storm")
+    config = _config(world, stack, 12)
+
+    launched = fast_launch.launch_replacements(stack, config, range(12), PASSWORD)
+
+    assert launched.failed == {} and sorted(launched.instances) == list(range(12))
+    calls = world.emulator.admin_ok("GET", "/_emulator/requests?action=RunInstances")["Requests"]
+    codes = [c["Code"] for c in calls]
+    assert codes.count("OK") == 12 and set(codes) <= {"OK", "RequestLimitExceeded"}
+    assert len(codes) <= 14, codes  # paced: at most a refusal or two at the limit's edge
+    assert len({c["Params"]["ClientToken"] for c in calls}) == 12
+    assert sorted(_pool_instances(world, stack)) == sorted(launched.instances.values())
+    adopted = stack.up(config, login_password=PASSWORD)
+    assert {i.slot: i.instance_id for i in adopted.instances} == launched.instances
+    after = world.emulator.admin_ok("GET", "/_emulator/requests?action=RunInstances")["Requests"]
+    assert len(after) == len(calls)  # imported, not created (only the stack and component are)
+    refused = world.emulator.admin_ok("GET", "/_emulator/rate-limits")["Refused"]
+    assert refused == len(codes) - 12  # the up's own calls, paced, were never refused
