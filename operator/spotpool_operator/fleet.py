@@ -52,6 +52,8 @@ class _Group:
     counted: int | None = None  # live ones at the last sweep: what a count is compared with
     changed: bool = True  # a pool's instances changed since the last sweep: sweep, don't count
     verified: float = 0.0  # monotonic time of the last look that found nothing unreported
+    failures: int = 0  # failed looks in a row
+    failed_at: float = 0.0  # monotonic time of the last failed look
 
     @property
     def pages(self) -> int:
@@ -130,20 +132,34 @@ class FleetProbe:
     async def run(self) -> None:
         """Look until cancelled; a round that spent more calls than a tick's worth waits longer
         (the budget holds on average), a failed one backs off."""
-        backoff = 0.0
+        failures = 0
         while True:
             started, calls = time.monotonic(), self.calls
             failed = False
             for key, group in list(self._groups.items()):
                 if not await self.look(key, group):
                     failed = True
-            if failed:
-                backoff = min(self.settings.max_backoff, max(2 * backoff, 2 * self.tick()))
-            else:
-                backoff = 0.0
+            failures = failures + 1 if failed else 0
             spent = (self.calls - calls) / self.settings.budget
-            pause = max(self.tick(), spent) + backoff
+            pause = max(self.tick(), spent) + self.backoff(failures)
             await asyncio.sleep(max(0.0, pause - (time.monotonic() - started)))
+
+    def backoff(self, failures: int) -> float:
+        """Pause after `failures` failed looks in a row: two ticks, doubling, capped."""
+        if failures <= 0:
+            return 0.0
+        doubled = 2 * self.tick() * 2.0 ** min(failures - 1, 16)
+        return min(self.settings.max_backoff, doubled)
+
+    def failing(self, uid: str) -> float:
+        """Seconds the pool's group is still backing off after failed looks (0: it is not).
+        Pools wait as long instead of asking the cloud themselves, or refreshing: a thousand
+        pools must not turn one failing look into a thousand calls or Pulumi runs."""
+        key = self._group_of.get(uid)
+        group = self._groups.get(key) if key else None
+        if group is None or not group.failures:
+            return 0.0
+        return max(0.0, group.failed_at + self.backoff(group.failures) - time.monotonic())
 
     async def look(self, key: tuple[str, str, str], group: _Group) -> bool:
         """Count when that says enough, sweep otherwise. False when the cloud did not answer."""
@@ -158,7 +174,7 @@ class FleetProbe:
         self.calls += 1
         if counted != group.counted or group.changed:
             return await self.sweep(key, group)
-        group.verified = started
+        group.verified, group.failures = started, 0
         return True
 
     async def sweep(self, key: tuple[str, str, str], group: _Group) -> bool:
@@ -186,11 +202,13 @@ class FleetProbe:
                 for slot in gone:  # tell once per instance
                     watch.expected.pop(slot)
                 watch.notify(gone)
-        group.verified = started
+        group.verified, group.failures = started, 0
         return True
 
     def _failed(self, group: _Group, error: Exception) -> bool:
         self.failures += 1
+        group.failures += 1
+        group.failed_at = time.monotonic()
         log.warning("fleet probe of %s failed: %s", group.region, _code(error))
         return False
 

@@ -100,6 +100,13 @@ class Reclaims(PoolWork):
         if self.probe is not None and self.probe.vouches_for(ref.uid, self.refresh_interval(ref)):
             pool.last_activity = time.monotonic()
             return True
+        if self.probe is not None and (wait := self.probe.failing(ref.uid)) > 0:
+            # The probe's look at this account and region failed: every pool asking again (or
+            # refreshing, ~5 calls an instance) would only deepen it. Back off with the probe.
+            raise PoolProblem(
+                "CloudCheckFailed",
+                f"the fleet probe's look at the cloud failed; looking again in {wait:.0f} s",
+            )
         try:
             alive = await asyncio.to_thread(self.cloud_lookup, ref.identity, credentials, region)
         except Exception as error:
@@ -109,8 +116,12 @@ class Reclaims(PoolWork):
                 raise PoolProblem(
                     "Throttled", f"the quick cloud check was throttled ({code}); backing off"
                 ) from None
-            ref.logger.info("quick cloud check failed (%s); refreshing", type(error).__name__)
-            return False  # the full refresh will say what is wrong
+            # A failed look says nothing of the instances: back off (the periodic full refresh
+            # still comes every full_refresh_every-th check) rather than refresh every pool.
+            raise PoolProblem(
+                "CloudCheckFailed",
+                f"the quick cloud check failed ({type(error).__name__}); backing off",
+            ) from None
         if expected <= alive:
             pool.last_activity = time.monotonic()
             return True

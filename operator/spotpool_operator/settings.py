@@ -82,8 +82,14 @@ class OperatorSettings(BaseModel):
     notice_grace: float = Field(
         600.0,
         gt=0,
-        description="Seconds past its notice's termination time an instance may still run "
-        "before its surge instance is deleted (the reclaim is not coming).",
+        description="Seconds after its notice was received an instance may still run before "
+        "its surge instance is deleted (the reclaim is not coming).",
+    )
+    surge_max_life: float = Field(
+        1800.0,
+        gt=0,
+        description="Seconds a surge instance lives at most, whatever its notice said: then it "
+        "is deleted unless it took its slot.",
     )
 
     def notice_endpoint(self) -> str | None:
@@ -101,11 +107,17 @@ class OperatorSettings(BaseModel):
             return None
         return f"http://{self.metrics_host}:{self.liveness_port}/healthz"
 
-    def account_share(self, replicas: int) -> int | None:
-        """This replica's bound on one account's operations when `replicas` share the work."""
-        if not self.max_concurrent_per_account:
+    def account_share(self, replicas: int) -> float | None:
+        """This replica's bound on one account's operations when `replicas` share the work:
+        the replicas' shares add up to at most the account's bound, with more replicas than
+        it allows too. Up to the bound, whole operations; beyond it, a fraction below one: one
+        operation at a time with rests between, so the replica's average is its share
+        (slots.py)."""
+        limit = self.max_concurrent_per_account
+        if not limit:
             return None
-        return max(1, self.max_concurrent_per_account // max(1, replicas))
+        replicas = max(1, replicas)
+        return float(limit // replicas) if replicas <= limit else limit / replicas
 
     def backoff(self, retry: int) -> float:
         """Delay before retry number `retry` (0 for the first): doubling, capped."""

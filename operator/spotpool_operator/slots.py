@@ -5,13 +5,19 @@ At most `total` operations at once, and at most `per_account` of them on one clo
 times one account's RunInstances. A free slot goes to the most urgent waiter whose account
 has room — reclaim replacements before spec updates, before periodic full refreshes, before
 first creations — and first come first served within a priority.
+
+A share below one operation (more replicas than the account's bound) is kept on average: one
+operation at a time, and after an operation that took t seconds the account rests
+t x (1/share - 1), so the replicas' shares never add up to more than the bound.
 """
 
 import asyncio
 import contextlib
 import heapq
 import itertools
-from collections.abc import AsyncIterator
+import math
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -32,15 +38,23 @@ class _Waiter:
 
 
 class EngineSlots:
-    def __init__(self, total: int, per_account: int | None = None) -> None:
+    def __init__(
+        self,
+        total: int,
+        per_account: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.total = total
         self.per_account = per_account
         self.running = 0
         self._by_account: dict[str, int] = {}
+        self._resting: dict[str, float] = {}  # account -> until when (a share below one)
+        self._clock = clock
+        self._wakeup: asyncio.TimerHandle | None = None
         self._waiting: list[_Waiter] = []
         self._seq = itertools.count()
 
-    def resize(self, total: int | None = None, per_account: int | None = None) -> None:
+    def resize(self, total: int | None = None, per_account: float | None = None) -> None:
         """New bounds (the replica count changed); running operations finish as they are."""
         if total is not None:
             self.total = total
@@ -70,13 +84,43 @@ class EngineSlots:
                 self._waiting.remove(waiter)
                 heapq.heapify(self._waiting)
             raise
+        started = self._clock()
         try:
             yield
         finally:
+            self._rest(account, self._clock() - started)
             self._release(account)
 
     def _room(self, account: str) -> bool:
-        return self.per_account is None or self._by_account.get(account, 0) < self.per_account
+        share = self.per_account
+        if share is None:
+            return True
+        if self._by_account.get(account, 0) >= max(1, math.floor(share)):
+            return False
+        return share >= 1 or self._resting.get(account, 0.0) <= self._clock()
+
+    def _rest(self, account: str, held: float) -> None:
+        """A share below one: the account rests so that its average stays within the share."""
+        share = self.per_account
+        if share is not None and 0 < share < 1:
+            self._resting[account] = self._clock() + held * (1 / share - 1)
+
+    def _wake_for_rests(self) -> None:
+        """Dispatch again when the earliest rest of a waiting account ends."""
+        now = self._clock()
+        ends = [
+            self._resting[w.account]
+            for w in self._waiting
+            if not w.granted.done() and self._resting.get(w.account, 0.0) > now
+        ]
+        if not ends or self._wakeup is not None:
+            return
+
+        def wake() -> None:
+            self._wakeup = None
+            self._dispatch()
+
+        self._wakeup = asyncio.get_running_loop().call_later(min(ends) - now, wake)
 
     def _dispatch(self) -> None:
         """Grant free slots, most urgent first, skipping waiters whose account is full."""
@@ -93,6 +137,8 @@ class EngineSlots:
             waiter.granted.set_result(None)
         for waiter in skipped:
             heapq.heappush(self._waiting, waiter)
+        if skipped and self._resting:
+            self._wake_for_rests()
 
     def _release(self, account: str) -> None:
         self.running -= 1

@@ -24,6 +24,11 @@ class RateLimits(BaseModel):
     def rate_of(self, action: str) -> float:
         return self.rates.get(action, self.other) * self.share
 
+    def burst_of(self, action: str) -> float:
+        """A second's worth of calls, at least one, shared like the rate: the replicas' bursts
+        add up to the account's (a share below one call waits for its fraction to fill)."""
+        return max(1.0, self.rates.get(action, self.other)) * self.share
+
 
 class TokenBucket:
     """`rate` tokens a second, at most `burst` saved up. Thread-safe; `take` blocks."""
@@ -38,6 +43,15 @@ class TokenBucket:
         self._stamp = clock()
         self._lock = threading.Lock()
         self.waited = 0.0  # seconds callers spent waiting, in all
+
+    def retune(self, rate: float, burst: float) -> None:
+        """New rate and burst (this replica's share changed), keeping the fill as a share of
+        the burst: a change of replica count must not hand every replica a full burst."""
+        with self._lock:
+            self._refill()
+            fill = self._tokens / self.burst
+            self.rate, self.burst = rate, burst
+            self._tokens = fill * burst
 
     def _refill(self) -> None:
         now = self._clock()
@@ -74,16 +88,20 @@ class Buckets:
         self._lock = threading.Lock()
 
     def configure(self, limits: RateLimits) -> None:
+        """New limits for every bucket, each keeping its current fill (scaled)."""
         with self._lock:
             self.limits = limits
-            self._buckets.clear()
+            for (_, _, action), bucket in self._buckets.items():
+                bucket.retune(limits.rate_of(action), limits.burst_of(action))
 
     def bucket(self, secret_id: str, region: str, action: str) -> TokenBucket:
         key = (secret_id, region, action)
         with self._lock:
             found = self._buckets.get(key)
             if found is None:
-                found = self._buckets[key] = TokenBucket(self.limits.rate_of(action))
+                found = self._buckets[key] = TokenBucket(
+                    self.limits.rate_of(action), self.limits.burst_of(action)
+                )
             return found
 
     def all(self) -> dict[tuple[str, str, str], TokenBucket]:
