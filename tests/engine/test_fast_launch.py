@@ -8,13 +8,14 @@ import json
 import os
 import re
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from spotpool.api.notices import NONCE_TAG, NoticeAgent, slot_token
-from spotpool.api.stackconfig import StackConfig
+from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.engine import fast_launch, launch_intents
 from spotpool.engine.backend_files import open_backend
 from spotpool.engine.stack import PoolStack, forget_stack
@@ -40,6 +41,15 @@ def _config(world: EngineWorld, stack: PoolStack, replicas: int) -> StackConfig:
         securityGroupIds=["sg-bbb222", "sg-aaa111"],
         spotMaxPrice="2.5",
     ).model_copy(update={"notice_agent": AGENT})
+
+
+def _pool(world: EngineWorld, name: str = "gpu") -> PoolStack:
+    """A pool whose orphan rules are the real ones: an instance younger than 15 minutes may be
+    another writer's create in flight (the test world sets 0), so only the launch intent can
+    make a fast-path instance adoptable right away."""
+    settings = world.settings.model_copy(update={"orphan_min_age": 900.0})
+    identity = PoolIdentity(namespace="team-a", name=name, uid=str(uuid.uuid4()))
+    return PoolStack(identity, settings, world.credentials, REGION, world.progress.append)
 
 
 def _run_requests(world: EngineWorld) -> list[dict[str, Any]]:
@@ -115,7 +125,7 @@ def _preview_expecting_no_changes(world: EngineWorld, stack: PoolStack, tmp: Pat
 def test_fast_path_sends_the_providers_request_and_up_adopts_it_with_no_change(
     world: EngineWorld, tmp_path: Path
 ) -> None:
-    stack = world.pool()
+    stack = _pool(world)
     config = _config(world, stack, 2)
     first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
     by_provider = {_slot_of(p): p for p in _run_requests(world)}
@@ -169,7 +179,7 @@ def test_fast_path_sends_the_providers_request_and_up_adopts_it_with_no_change(
 def test_a_retry_or_a_restart_with_the_same_intent_launches_nothing_new(
     world: EngineWorld,
 ) -> None:
-    stack = world.pool()
+    stack = _pool(world)
     config = _config(world, stack, 2)
     first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
     world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[0]]})
@@ -180,7 +190,7 @@ def test_a_retry_or_a_restart_with_the_same_intent_launches_nothing_new(
     # A restart: a new process knows nothing of the stack but what the backend holds.
     forget_stack(stack.name)
     launch_intents.PENDING.clear()
-    restarted = PoolStack(stack.pool, world.settings, world.credentials, REGION)
+    restarted = PoolStack(stack.pool, stack.settings, world.credentials, REGION)
     thrice = fast_launch.launch_replacements(restarted, config, [0], login_password=PASSWORD)
 
     assert once.instances == twice.instances == thrice.instances
@@ -201,7 +211,7 @@ def test_a_kill_between_launch_and_its_reply_still_leaves_one_instance_per_slot(
     """The intent is written before RunInstances is sent: a writer killed before the reply
     leaves the slot's ClientToken but no instance id. The next writer's `up` adopts the
     instance by its tags (the slot a dead launch was filling), never makes a second."""
-    stack = world.pool()
+    stack = _pool(world)
     config = _config(world, stack, 2)
     first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
     world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[1]]})
@@ -213,7 +223,7 @@ def test_a_kill_between_launch_and_its_reply_still_leaves_one_instance_per_slot(
     forget_stack(stack.name)
     launch_intents.PENDING.clear()
 
-    successor = PoolStack(stack.pool, world.settings, world.credentials, REGION)
+    successor = PoolStack(stack.pool, stack.settings, world.credentials, REGION)
     adopted = successor.up(config, login_password=PASSWORD, refresh=True)
 
     assert {i.slot: i.instance_id for i in adopted.instances} == {0: first[0], 1: fast_id}
@@ -230,7 +240,7 @@ def test_a_storm_within_the_clouds_request_limits_launches_every_slot_once(
     one refused at its edge: it is sent again, same ClientToken), every slot gets exactly one
     instance, and the first `up` of the new stack adopts all twelve (no create)."""
     world.emulator.admin_ok("POST", "/_emulator/rate-limits", {"Enabled": True})
-    stack = world.pool("storm")
+    stack = _pool(world, "storm")
     config = _config(world, stack, 12)
 
     launched = fast_launch.launch_replacements(stack, config, range(12), PASSWORD)
