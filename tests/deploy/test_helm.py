@@ -3,6 +3,7 @@ exactly the objects `render` gives for the same settings (the real helm, no clus
 
 import json
 import random
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -12,10 +13,11 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from spotpool_deploy import helm
 from spotpool_deploy.cli import app
-from spotpool_deploy.config import InstallConfig
+from spotpool_deploy.config import VERSION, Image, InstallConfig
 from spotpool_deploy.objects import identity, render
 from typer.testing import CliRunner
 
+from spotpool.api import crd
 from tests.conftest import require_tool
 
 COMMITTED = Path(__file__).resolve().parents[2] / "operator" / "deploy" / "helm" / "spotpool"
@@ -42,15 +44,33 @@ def test_render_writes_and_checks_the_chart(tmp_path: Path) -> None:
 
 def test_every_setting_is_a_value_but_the_ones_helm_decides() -> None:
     values = yaml.safe_load((COMMITTED / "values.yaml").read_text())
-    expected = InstallConfig().model_dump(by_alias=True, exclude={"namespace", "create_namespace"})
+    expected = InstallConfig().model_dump(by_alias=True, exclude=helm.NOT_VALUES)
     assert values == expected
+    assert {"installCrd", "createNamespace", "namespace"}.isdisjoint(values)
     schema = json.loads((COMMITTED / "values.schema.json").read_text())
-    assert set(schema["properties"]) == set(expected)
+    assert set(schema["properties"]) == set(expected) | {"enabled"}  # a parent's condition
+    assert schema["$defs"]["Global"]["additionalProperties"] is True  # other subcharts' keys
+    for flag in ("fullRefreshEvery", "probeBudget", "avoidFor", "operationTimeout", "leaseDuration",
+                 "apiLimits", "installId", "maxConcurrentPerAccount", "operatorClass"):  # fmt: skip
+        assert flag in values, flag
+    assert values["image"] == {
+        "registry": None, "repository": "spotpool-operator", "tag": "0.1.0",
+        "pullPolicy": "IfNotPresent",
+    }  # fmt: skip
+
+
+def test_the_crd_is_in_crds_generated_from_the_spec_model_and_never_templated() -> None:
+    chart = helm.files()
+    assert chart["crds/devops.jokerbai.com_spotpools.yaml"] == crd.render_yaml()
+    templated = "".join(text for name, text in chart.items() if name.startswith("templates/"))
+    assert "CustomResourceDefinition" not in templated
+    assert "helm show crds" in chart["templates/NOTES.txt"]
+    assert "kubectl apply --server-side --force-conflicts" in chart["README.md"]
 
 
 def test_a_setting_the_generator_cannot_template_stops_it_by_name() -> None:
     class Odd(BaseModel):
-        ratio: float = 0.5
+        ratio: tuple[int, int] = (1, 2)
 
     with pytest.raises(helm.ChartError, match="ratio"):
         helm.settings(Odd)
@@ -62,8 +82,7 @@ CONFIGS = {
     "some namespaces, remote backend": InstallConfig(
         namespace="ops",
         name="pools",
-        image="registry.example/spotpool:2",
-        image_pull_policy="Always",
+        image=Image(repository="registry.example/spotpool", tag="2", pull_policy="Always"),
         watch_namespaces=["team-a", "team-b"],
         backend_url="s3://state?region=ap-singapore",
         backend_credentials_secret="state-keys",
@@ -91,6 +110,56 @@ CONFIGS = {
         },
     ),
     "notices by the in-cluster name": InstallConfig(name="pools", notices={"enabled": True}),
+    "chart conventions and every operator flag": InstallConfig.model_validate(
+        {
+            "image": {"registry": "ccr.example", "repository": "ops/spotpool", "tag": "9"},
+            "imagePullSecrets": [{"name": "regcred"}],
+            "global": {"imageRegistry": "unused.example", "imagePullSecrets": [{"name": "g"}]},
+            "nodeSelector": {"node-role.kubernetes.io/ops": ""},
+            "tolerations": [{"key": "ops", "operator": "Exists", "effect": "NoSchedule"}],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {
+                                        "key": "kubernetes.io/arch",
+                                        "operator": "In",
+                                        "values": ["amd64"],
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
+            "priorityClassName": "system-cluster-critical",
+            "podAnnotations": {"example.com/scrape": "yes", "multi": "a: b"},
+            "podLabels": {"team": "platform"},
+            "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:x"}},
+            "extraArgs": ["--history-keep=3", "--verbose"],
+            "extraEnv": [
+                {"name": "A", "value": "1"},
+                {"name": "B", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+            ],
+            "fullRefreshEvery": 5,
+            "probeBudget": 0.25,
+            "avoidFor": "10m",
+            "operationTimeout": "1h",
+            "leaseDuration": "45s",
+            "apiLimits": "RunInstances=5,DescribeInstances=20",
+            "maxConcurrentPerAccount": 0,
+            "installId": "prod.spotpool",
+            "operatorClass": "gpu",
+        }
+    ),
+    "global registry and pull secrets of a parent chart": InstallConfig.model_validate(
+        {
+            "global": {"imageRegistry": "reg.example:5000", "imagePullSecrets": [{"name": "g"}]},
+            "probeBudget": 2,
+        }
+    ),
     "file backend with a class, no extras": InstallConfig(
         install_crd=False,
         watch_namespaces=["only"],
@@ -102,6 +171,8 @@ CONFIGS = {
 
 
 def _helm_template(config: InstallConfig, tmp_path: Path) -> list[dict[str, Any]]:
+    """The objects `helm template` gives for `config`, less the labels only Helm adds (each
+    object has both)."""
     values = tmp_path / "values.json"
     values.write_text(json.dumps(helm.values_for(config)))
     out = subprocess.run(
@@ -110,12 +181,22 @@ def _helm_template(config: InstallConfig, tmp_path: Path) -> list[dict[str, Any]
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+    objects = [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+    for obj in objects:
+        labels = obj["metadata"]["labels"]
+        assert labels.pop("helm.sh/chart") == f"spotpool-{VERSION}", identity(obj)
+        assert labels.pop("app.kubernetes.io/managed-by") == "Helm", identity(obj)
+    return objects
+
+
+def _as_chart(config: InstallConfig) -> InstallConfig:
+    """The chart never creates the namespace, and keeps the CRD in crds/ (not templated)."""
+    return config.model_copy(update={"create_namespace": False, "install_crd": False})
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_helm_template_gives_what_render_gives(name: str, tmp_path: Path) -> None:
-    config = CONFIGS[name].model_copy(update={"create_namespace": False})
+    config = _as_chart(CONFIGS[name])
     rendered = {identity(obj): obj for obj in render(config)}
     templated = {identity(obj): obj for obj in _helm_template(config, tmp_path)}
     assert sorted(templated) == sorted(rendered)
@@ -155,7 +236,7 @@ def _random_configs(count: int) -> list[InstallConfig]:
 def test_helm_template_gives_what_render_gives_for_random_combinations(
     config: InstallConfig, tmp_path: Path
 ) -> None:
-    config = config.model_copy(update={"create_namespace": False})
+    config = _as_chart(config)
     rendered = {identity(obj): obj for obj in render(config)}
     templated = {identity(obj): obj for obj in _helm_template(config, tmp_path)}
     assert templated == rendered
@@ -176,6 +257,12 @@ INVALID = {
     "imge": {"imge": "x"},
     "url": {"notices": {"enabled": True, "url": "10.0.3.7:8090"}},
     "serviceType": {"notices": {"serviceType": "External"}},
+    "avoidFor": {"avoidFor": "3 minutes"},
+    "leaseDuration": {"leaseDuration": "30"},
+    "apiLimits": {"apiLimits": "RunInstances"},
+    "probeBudget": {"probeBudget": -1},
+    "fullRefreshEvery": {"fullRefreshEvery": -1},
+    "pullPolicy": {"image": {"pullPolicy": "Sometimes"}},
 }
 
 
@@ -207,3 +294,70 @@ def test_helm_lint_passes_and_bad_values_fail_with_the_setting_named() -> None:
     )  # fmt: skip
     assert bad.returncode != 0
     assert "/watchNamespaces/0" in bad.stdout and "imge" in bad.stdout, bad.stdout
+
+
+PARENT = """\
+apiVersion: v2
+name: platform
+version: 1.0.0
+dependencies:
+  - name: spotpool
+    version: 0.1.0
+    repository: file://../spotpool
+    condition: spotpool.enabled
+"""
+PARENT_VALUES: dict[str, Any] = {
+    "global": {
+        "imageRegistry": "reg.example",
+        "imagePullSecrets": [{"name": "regcred"}],
+        "storageClass": "fast",  # another subchart's global: allowed, unused
+    },
+    "spotpool": {"enabled": True, "watchNamespaces": ["team-a"], "fullRefreshEvery": 10},
+}
+
+
+def _parent_chart(tmp_path: Path) -> Path:
+    """A parent chart made the way a platform team makes one, the chart under its charts/."""
+    parent = tmp_path / "platform"
+    shutil.copytree(COMMITTED, parent / "charts" / "spotpool")
+    (parent / "Chart.yaml").write_text(PARENT)
+    (parent / "values.yaml").write_text(yaml.safe_dump(PARENT_VALUES))
+    return parent
+
+
+def test_the_chart_works_as_a_subchart_with_global_values(tmp_path: Path) -> None:
+    binary = str(require_tool("helm"))
+    parent = _parent_chart(tmp_path)
+    lint = subprocess.run(
+        [binary, "lint", "--strict", str(parent)], capture_output=True, text=True, timeout=60
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    out = subprocess.run(
+        [binary, "template", "platform", str(parent), "--namespace", "ops", "--include-crds"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    objects = [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+    assert [o["kind"] for o in objects].count("CustomResourceDefinition") == 1  # from crds/
+    templated = {identity(o): o for o in objects if o["kind"] != "CustomResourceDefinition"}
+    for obj in templated.values():
+        labels = obj["metadata"]["labels"]
+        assert (labels.pop("helm.sh/chart"), labels.pop("app.kubernetes.io/managed-by")) == (
+            f"spotpool-{VERSION}", "Helm",
+        )  # fmt: skip
+    config = InstallConfig.model_validate(
+        {**{k: v for k, v in PARENT_VALUES["spotpool"].items() if k != "enabled"},
+         "global": PARENT_VALUES["global"], "namespace": "ops",
+         "createNamespace": False, "installCrd": False}
+    )  # fmt: skip
+    rendered = {identity(o): o for o in render(config)}
+    assert templated == rendered
+    deployment = templated["Deployment/ops/spotpool-operator"]["spec"]["template"]["spec"]
+    assert deployment["containers"][0]["image"] == "reg.example/spotpool-operator:0.1.0"
+    assert deployment["imagePullSecrets"] == [{"name": "regcred"}]
+
+    off = subprocess.run(
+        [binary, "template", "platform", str(parent), "--set", "spotpool.enabled=false"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert off.returncode == 0 and "kind:" not in off.stdout, off.stderr

@@ -52,11 +52,13 @@ def test_settings_come_from_a_file_and_flags_override_it(tmp_path: Path) -> None
     settings.write_text("image: a/b:1\nmaxConcurrent: 7\nwatchNamespaces: [x]\n")
     result = CliRunner().invoke(
         app,
-        ["render", "--out", str(tmp_path / "k"), "--config", str(settings), "--image", "c/d:2"],
-    )
+        ["render", "--out", str(tmp_path / "k"), "--config", str(settings), "--image", "c/d:2",
+         "--full-refresh-every", "12"],
+    )  # fmt: skip
     assert result.exit_code == 0, result.output
     deployment = (tmp_path / "k" / "deployment-spotpool-system-spotpool-operator.yaml").read_text()
     assert "image: c/d:2" in deployment and "value: '7'" in deployment
+    assert "- name: SPOTPOOL_FULL_REFRESH_EVERY\n          value: '12'" in deployment
     assert (tmp_path / "k" / "role-x-spotpool-operator.yaml").exists()
     bad = CliRunner().invoke(app, ["render", "--out", str(tmp_path), "--namespace", "Bad_Name"])
     assert bad.exit_code == 2 and "not a Kubernetes name" in bad.output

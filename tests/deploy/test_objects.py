@@ -243,6 +243,63 @@ def test_settings_carry_through_and_bad_ones_are_refused() -> None:
             InstallConfig.model_validate(bad)
 
 
+def test_every_operator_flag_is_a_setting_and_unset_scheduling_is_left_out() -> None:
+    config = InstallConfig.model_validate(
+        {"fullRefreshEvery": 0, "probeBudget": 0.5, "avoidFor": "10m", "operationTimeout": "1h",
+         "leaseDuration": "45s", "apiLimits": "RunInstances=5", "maxConcurrentPerAccount": 2,
+         "installId": "prod.pools", "operatorClass": "gpu", "extraArgs": ["--history-keep=3"],
+         "extraEnv": [{"name": "X", "value": "1"}]}
+    )  # fmt: skip
+    objects = render(config)
+    assert env(objects) | {"X": "1"} == env(objects)
+    assert {k: v for k, v in env(objects).items() if k in FLAG_VARIABLES} == {
+        "SPOTPOOL_FULL_REFRESH_EVERY": "0", "SPOTPOOL_PROBE_BUDGET": "0.5",
+        "SPOTPOOL_AVOID_FOR": "10m", "SPOTPOOL_OPERATION_TIMEOUT": "1h",
+        "SPOTPOOL_LEASE_DURATION": "45s", "SPOTPOOL_API_LIMITS": "RunInstances=5",
+        "SPOTPOOL_MAX_CONCURRENT_PER_ACCOUNT": "2", "SPOTPOOL_INSTALL_ID": "prod.pools",
+        "SPOTPOOL_OPERATOR_CLASS": "gpu",
+    }  # fmt: skip
+    assert container(objects)["args"] == ["operator", "run", "--history-keep=3"]
+    defaults = env(render(InstallConfig()))
+    assert defaults["SPOTPOOL_PROBE_BUDGET"] == "1"  # as Helm prints 1.0
+    assert "SPOTPOOL_INSTALL_ID" not in defaults and "SPOTPOOL_API_LIMITS" not in defaults
+    (deployment,) = [o for o in render(InstallConfig()) if o["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    for unset in ("nodeSelector", "tolerations", "affinity", "priorityClassName",
+                  "imagePullSecrets"):  # fmt: skip
+        assert unset not in pod, unset
+    assert pod["topologySpreadConstraints"][0]["whenUnsatisfiable"] == "ScheduleAnyway"
+    with pytest.raises(ValidationError):
+        InstallConfig.model_validate({"leaseDuration": "0s"})
+
+
+def test_the_image_is_registry_repository_and_tag_with_a_parent_charts_registry() -> None:
+    assert container(render(InstallConfig()))["image"] == "spotpool-operator:0.1.0"
+    shared = {"global": {"imageRegistry": "reg.example", "imagePullSecrets": [{"name": "g"}]}}
+    objects = render(InstallConfig.model_validate(shared))
+    assert container(objects)["image"] == "reg.example/spotpool-operator:0.1.0"
+    own = InstallConfig.model_validate(
+        {**shared, "image": {"registry": "ccr.example", "repository": "ops/sp", "tag": "2",
+                             "pullPolicy": "Always"}, "imagePullSecrets": [{"name": "mine"}]}
+    )  # fmt: skip
+    (deployment,) = [o for o in render(own) if o["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "ccr.example/ops/sp:2"
+    assert pod["containers"][0]["imagePullPolicy"] == "Always"
+    assert pod["imagePullSecrets"] == [{"name": "mine"}, {"name": "g"}]
+    legacy = InstallConfig.model_validate({"image": "r.example/a/b:3", "imagePullPolicy": "Never"})
+    assert legacy.image.model_dump() == {
+        "registry": None, "repository": "r.example/a/b", "tag": "3", "pull_policy": "Never",
+    }  # fmt: skip
+
+
+FLAG_VARIABLES = {
+    "SPOTPOOL_FULL_REFRESH_EVERY", "SPOTPOOL_PROBE_BUDGET", "SPOTPOOL_AVOID_FOR",
+    "SPOTPOOL_OPERATION_TIMEOUT", "SPOTPOOL_LEASE_DURATION", "SPOTPOOL_API_LIMITS",
+    "SPOTPOOL_MAX_CONCURRENT_PER_ACCOUNT", "SPOTPOOL_INSTALL_ID", "SPOTPOOL_OPERATOR_CLASS",
+}  # fmt: skip
+
+
 def test_optional_namespace_and_crd_are_left_out_when_managed_elsewhere() -> None:
     objects = render(InstallConfig(create_namespace=False, install_crd=False))
     assert not {"Namespace", "CustomResourceDefinition"} & {o["kind"] for o in objects}

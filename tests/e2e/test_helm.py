@@ -2,7 +2,8 @@
 lint, install, upgrade and uninstall; the chart's service account may do what the operator does
 and nothing more, in both RBAC scopes; the operator runs on nothing but that account.
 
-A cluster of its own, as test_deploy.py: uninstalling deletes the Spotpool CRD.
+A cluster of its own, as test_deploy.py: the CRD comes and goes with the tests' installs. The
+chart keeps it in crds/: Helm installs it unless the cluster has it, and never deletes it.
 """
 
 import json
@@ -36,6 +37,9 @@ pytestmark = pytest.mark.e2e
 
 CHART = installs.DEPLOY / "helm" / "spotpool"
 RELEASE = "spotpool"
+REPOSITORY_CRDS = Path(__file__).resolve().parents[2] / "crds"
+SAMPLE = Path("/work/shared/reference/article-sample.yaml")
+CRD = "spotpools.devops.jokerbai.com"
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +72,79 @@ def _restricted_namespace(kube: Kube, name: str) -> None:
     the `restricted` Pod Security Standard the operator's pod meets."""
     kube.ok("create", "namespace", name)
     kube.ok("label", "namespace", name, "pod-security.kubernetes.io/enforce=restricted")
+
+
+def _article_pool(namespace: str) -> str:
+    """The article's sample Spotpool (the CRD accepts it as it is), in `namespace`."""
+    return f"""\
+apiVersion: devops.jokerbai.com/v1
+kind: Spotpool
+metadata: {{name: spotpool-sample, namespace: {namespace}}}
+spec:
+  secretId: xxx
+  secretKey: xxx
+  region: ap-singapore
+  availabilityZone: ap-singapore-2
+  instanceType: GN7.2XLARGE32
+  minimum: 2
+  maximum: 2
+  subnetId: DEFAULT
+  vpcId: DEFAULT
+  securityGroupIds: [sg-xxx]
+  imageId: img-xxx
+  instanceChargeType: SPOTPAID
+"""
+
+
+def test_helm_installs_where_the_crd_was_applied_first_and_keeps_it(
+    cluster: Kube, tmp_path: Path
+) -> None:
+    """As the article's `make install` leaves a cluster: the CRD applied with kubectl. The chart
+    installs there (Helm skips a crds/ CRD the cluster has), a changed CRD reaches the cluster
+    by the documented step, and uninstalling keeps the CRD and the pools."""
+    assert cluster.run("get", "crd", CRD).returncode != 0  # the cluster's first test
+    cluster.ok("apply", "-f", str(REPOSITORY_CRDS))
+    cluster.ok("wait", "--for=condition=Established", f"crd/{CRD}", "--timeout=30s")
+    _restricted_namespace(cluster, "crd-first")
+    release = ["--namespace", "crd-first"]
+
+    helm(cluster, "install", RELEASE, str(CHART), *release)
+    manifest = _docs(helm(cluster, "get", "manifest", RELEASE, *release))
+    assert "CustomResourceDefinition" not in {o["kind"] for o in manifest}
+    installs.assert_installed(cluster, manifest)
+    for obj in manifest:  # Helm's labels on every object, the version from the chart
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/managed-by"] == "Helm", identity(obj)
+        assert labels["helm.sh/chart"] == "spotpool-0.1.0", identity(obj)
+        assert labels["app.kubernetes.io/version"] == "0.1.0", identity(obj)
+    cluster.ok("apply", "-f", "-", stdin=_article_pool("crd-first"))
+
+    # A chart whose CRD changed (here: one more printer column) reaches the cluster by the
+    # step README.md and NOTES.txt give, before `helm upgrade`.
+    changed = yaml.safe_load((CHART / "crds" / "devops.jokerbai.com_spotpools.yaml").read_text())
+    columns = changed["spec"]["versions"][0]["additionalPrinterColumns"]
+    columns.append({"name": "Upgraded", "type": "string", "jsonPath": ".spec.region"})
+    (tmp_path / "crds").mkdir()
+    (tmp_path / "crds" / "spotpools.yaml").write_text(yaml.safe_dump(changed))
+    cluster.ok("apply", "--server-side", "--force-conflicts", "-f", str(tmp_path / "crds"))
+    live = json.loads(cluster.ok("get", "crd", CRD, "-o", "json"))
+    assert live["spec"]["versions"][0]["additionalPrinterColumns"][-1]["name"] == "Upgraded"
+    helm(cluster, "upgrade", RELEASE, str(CHART), *release, "--set", "fullRefreshEvery=5")
+    (deployment,) = [
+        o for o in _docs(helm(cluster, "get", "manifest", RELEASE, *release))
+        if o["kind"] == "Deployment"
+    ]  # fmt: skip
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert {"name": "SPOTPOOL_FULL_REFRESH_EVERY", "value": "5"} in container["env"]
+    installs.assert_installed(cluster, [deployment])
+
+    helm(cluster, "uninstall", RELEASE, *release, "--wait", "--timeout", "2m")
+    installs.wait_gone(cluster, manifest)
+    assert cluster.run("get", "crd", CRD).returncode == 0
+    assert cluster.run("-n", "crd-first", "get", POOLS, "spotpool-sample").returncode == 0
+    cluster.ok("-n", "crd-first", "delete", POOLS, "spotpool-sample", "--wait=false")
+    # Back to the chart's own CRD for the tests below (a copy that differs is no one's).
+    cluster.ok("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
 
 
 def test_helm_installs_upgrades_and_uninstalls_with_least_privilege(cluster: Kube) -> None:
@@ -120,10 +197,10 @@ def test_helm_installs_upgrades_and_uninstalls_with_least_privilege(cluster: Kub
     history = json.loads(helm(cluster, "history", RELEASE, *release, "-o", "json"))
     assert [(h["revision"], h["status"]) for h in history] == [(1, "superseded"), (2, "deployed")]
 
-    # Uninstall: everything the release made goes (the CRD too); the namespaces stay.
+    # Uninstall: everything the release made goes but the CRD (crds/); the namespaces stay.
     helm(cluster, "uninstall", RELEASE, *release, "--wait", "--timeout", "2m")
     installs.wait_gone(cluster, upgraded)
-    assert cluster.run("get", "crd", "spotpools.devops.jokerbai.com").returncode != 0
+    assert cluster.run("get", "crd", CRD).returncode == 0
     assert cluster.run("get", "namespace", "team-a").returncode == 0
     assert helm(cluster, "list", *release, "-q").strip() == ""
 

@@ -22,10 +22,16 @@ def load(
     namespace: str | None = None,
     watch: list[str] | None = None,
     backend: str | None = None,
+    full_refresh_every: int | None = None,
 ) -> InstallConfig:
     """Settings from a YAML file (camelCase keys, as in Pulumi config), then the flags."""
     values = (yaml.safe_load(config_file.read_text()) or {}) if config_file else {}
-    flags = {"image": image, "namespace": namespace, "backendUrl": backend}
+    flags = {
+        "image": image,
+        "namespace": namespace,
+        "backendUrl": backend,
+        "fullRefreshEvery": full_refresh_every,
+    }
     values.update({key: value for key, value in flags.items() if value is not None})
     if watch:
         values["watchNamespaces"] = watch
@@ -40,6 +46,13 @@ IMAGE = typer.Option(None, "--image", help="Operator image.")
 NAMESPACE = typer.Option(None, "--namespace", help="Namespace the operator runs in.")
 WATCH = typer.Option([], "--watch-namespace", help="Serve only this namespace (repeat).")
 BACKEND = typer.Option(None, "--backend-url", help="Pulumi state backend of the pools.")
+FULL_REFRESH = typer.Option(
+    None,
+    "--full-refresh-every",
+    min=0,
+    help="The operator's --full-refresh-every: a full Pulumi refresh every N-th refresh of a "
+    "pool (0: never; default 60).",
+)
 
 
 KUSTOMIZE = HERE / "kustomize"
@@ -60,10 +73,11 @@ def render(
     namespace: str | None = NAMESPACE,
     watch: list[str] = WATCH,
     backend: str | None = BACKEND,
+    full_refresh_every: int | None = FULL_REFRESH,
 ) -> None:
     """Write the install as YAML for `kubectl apply -k OUT` and as a Helm chart (or check that
     neither has drifted)."""
-    config = load(config_file, image, namespace, watch, backend)
+    config = load(config_file, image, namespace, watch, backend, full_refresh_every)
     if chart is None and out == KUSTOMIZE:
         chart = CHART
     if check:
@@ -104,11 +118,12 @@ def run(
     namespace: str | None = NAMESPACE,
     watch: list[str] = WATCH,
     backend: str | None = BACKEND,
+    full_refresh_every: int | None = FULL_REFRESH,
 ) -> None:
     """Run the Pulumi program inline (no language host needed) with the pinned Pulumi CLI."""
     from spotpool_deploy.automation import install_stack
 
-    config = load(config_file, image, namespace, watch, backend)
+    config = load(config_file, image, namespace, watch, backend, full_refresh_every)
     with tempfile.TemporaryDirectory(prefix="spotpool-deploy-") as work_dir:
         pulumi_stack = install_stack(stack, config, state, Path(work_dir), kubeconfig, skip_await)
         if operation is Operation.up:

@@ -1,14 +1,22 @@
 """What an install is told: image, namespaces, backend, concurrency, refresh, resources."""
 
 import re
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from spotpool.api.spec import parse_duration
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+API_LIMIT = re.compile(r"[A-Za-z]+=[0-9]*\.?[0-9]+(,[A-Za-z]+=[0-9]*\.?[0-9]+)*")
 VERSION = "0.1.0"
 
 
@@ -17,6 +25,57 @@ class Model(BaseModel):
 
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class OmitWhenEmpty:
+    """Marks a map or list setting that the objects leave out while it is empty, and use whole
+    (or spliced among their own entries) once set: pod scheduling, extra arguments."""
+
+
+OMIT_EMPTY = OmitWhenEmpty()
+PULL_POLICY = Literal["Always", "IfNotPresent", "Never"]
+
+
+class Image(Model):
+    registry: str | None = Field(
+        None,
+        description="Registry in front of the repository (registry.example.com); None: "
+        "global.imageRegistry when a parent chart sets it, else none.",
+    )
+    repository: str = Field("spotpool-operator", min_length=1, description="Image repository.")
+    tag: str = Field(VERSION, min_length=1, description="Image tag (the chart's appVersion).")
+    pull_policy: PULL_POLICY = Field("IfNotPresent", description="imagePullPolicy.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reference(cls, value: Any) -> Any:
+        """`image: registry.example/spotpool:2`, the form before image was split, still works."""
+        if not isinstance(value, str):
+            return value
+        name, _, tag = value.rpartition(":") if ":" in value.rsplit("/", 1)[-1] else ("", "", "")
+        return {"repository": name or value, "tag": tag or "latest"}
+
+
+class Global(Model):
+    """Values a parent chart shares with its subcharts (Helm's `global`); other keys a parent
+    sets there are allowed and unused."""
+
+    model_config = ConfigDict(extra="allow")
+
+    image_registry: str | None = Field(
+        None, description="Registry of every image, unless image.registry names another."
+    )
+    image_pull_secrets: Annotated[list[dict[str, str]], OMIT_EMPTY] = Field(
+        default_factory=list,
+        description="Secrets to pull images with, added to imagePullSecrets ([{name: …}]).",
+    )
+
+
+class ServiceAccount(Model):
+    annotations: Annotated[dict[str, str], OMIT_EMPTY] = Field(
+        default_factory=dict,
+        description="Annotations of the operator's ServiceAccount (e.g. a workload identity).",
     )
 
 
@@ -136,8 +195,13 @@ class InstallConfig(Model):
     install_crd: bool = Field(
         True, description="False: the Spotpool CRD is managed elsewhere (another install)."
     )
-    image: str = Field(f"spotpool-operator:{VERSION}", description="Operator image.")
-    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    image: Image = Field(
+        default_factory=Image,
+        description="Operator image: registry/repository:tag (a plain reference works too).",
+    )
+    image_pull_secrets: Annotated[list[dict[str, str]], OMIT_EMPTY] = Field(
+        default_factory=list, description="Secrets to pull the image with ([{name: regcred}])."
+    )
     watch_namespaces: list[str] = Field(
         default_factory=list,
         description="Namespaces whose Spotpools the operator serves, each granted a Role of "
@@ -176,11 +240,117 @@ class InstallConfig(Model):
         "Lease, one active replica).",
     )
     refresh_interval: str = Field("60s", description="Refresh period of pools that set none.")
+    full_refresh_every: int = Field(
+        60,
+        ge=0,
+        description="Each refresh first asks the cloud (one call) whether every instance is "
+        "alive; a full Pulumi refresh runs only when one is missing, or every N-th refresh "
+        "(0: never). --full-refresh-every.",
+    )
+    probe_budget: float = Field(
+        1.0,
+        ge=0,
+        description="DescribeInstances calls a second the fleet probe may spend per key pair "
+        "and region (0: no probe). --probe-budget.",
+    )
+    avoid_for: str = Field(
+        "3m",
+        description="After a reclaim or a no-stock answer, place new instances elsewhere than "
+        "that zone and type for this long. --avoid-for.",
+    )
+    operation_timeout: str = Field(
+        "30m",
+        description="A Pulumi operation running longer is killed and retried. --operation-timeout.",
+    )
+    lease_duration: str = Field(
+        "30s",
+        description="How long a Lease lasts unrenewed (a killed replica's successor waits "
+        "this). --lease-duration.",
+    )
+    api_limits: Annotated[str | None, OMIT_EMPTY] = Field(
+        None,
+        description="ACTION=CALLS_PER_SECOND overrides of the cloud API token buckets, "
+        "comma-separated, e.g. RunInstances=5,DescribeInstances=20; None: Tencent's published "
+        "limits. --api-limit.",
+    )
+    max_concurrent_per_account: int = Field(
+        8,
+        ge=0,
+        description="Engine operations at once on one cloud account across all replicas "
+        "(0: no bound). --max-concurrent-per-account.",
+    )
+    install_id: Annotated[str | None, OMIT_EMPTY] = Field(
+        None,
+        description="Names this install on every instance it makes (only its own orphans are "
+        "adopted or terminated); None: <namespace>.<lease name>. --install-id.",
+    )
+    operator_class: Annotated[str | None, OMIT_EMPTY] = Field(
+        None,
+        description="Serve only the pools whose spec.operatorClass is this; None: the pools "
+        "that set none. Installs watching the same namespaces need different classes. "
+        "--operator-class.",
+    )
+    extra_args: Annotated[list[str], OMIT_EMPTY] = Field(
+        default_factory=list,
+        description="More arguments of `spotpool operator run` (any flag of its --help).",
+    )
+    extra_env: Annotated[list[dict[str, Any]], OMIT_EMPTY] = Field(
+        default_factory=list,
+        description="More environment variables of the operator ([{name, value}] or valueFrom).",
+    )
     resources: Resources = Field(default_factory=Resources)
+    node_selector: Annotated[dict[str, str], OMIT_EMPTY] = Field(
+        default_factory=dict, description="nodeSelector of the operator's pods."
+    )
+    tolerations: Annotated[list[dict[str, Any]], OMIT_EMPTY] = Field(
+        default_factory=list, description="tolerations of the operator's pods."
+    )
+    affinity: Annotated[dict[str, Any], OMIT_EMPTY] = Field(
+        default_factory=dict,
+        description="affinity of the operator's pods (replicas are spread over nodes anyway).",
+    )
+    priority_class_name: Annotated[str | None, OMIT_EMPTY] = Field(
+        None, description="PriorityClass of the operator's pods."
+    )
+    pod_annotations: Annotated[dict[str, str], OMIT_EMPTY] = Field(
+        default_factory=dict, description="Annotations of the operator's pods."
+    )
+    pod_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels of the operator's pods, beside the install's own (which they may "
+        "not replace).",
+    )
+    service_account: ServiceAccount = Field(default_factory=ServiceAccount)
     storage: Storage = Field(default_factory=Storage)
     monitoring: Monitoring = Field(default_factory=Monitoring)
     metrics: Metrics = Field(default_factory=Metrics)
     notices: Notices = Field(default_factory=Notices)
+    global_: Global = Field(
+        default_factory=Global,
+        alias="global",
+        description="Helm's values shared by a parent chart (elsewhere the same settings).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pull_policy_beside_image(cls, value: Any) -> Any:
+        """`imagePullPolicy`, the setting before image.pullPolicy, still works."""
+        if not isinstance(value, dict):
+            return value
+        policy = value.get("imagePullPolicy", value.get("image_pull_policy"))
+        if policy is None:
+            return value
+        value = {
+            k: v for k, v in value.items() if k not in ("imagePullPolicy", "image_pull_policy")
+        }
+        image = value.get("image", {})
+        image = (
+            Image.model_validate(image).model_dump()
+            if not isinstance(image, Image)
+            else image.model_dump()
+        )
+        value["image"] = {**image, "pull_policy": policy}
+        return value
 
     @field_validator("name", "namespace")
     @classmethod
@@ -196,11 +366,24 @@ class InstallConfig(Model):
             raise ValueError("watchNamespaces lists a namespace twice")
         return values
 
-    @field_validator("refresh_interval")
+    @field_validator("refresh_interval", "operation_timeout", "lease_duration")
     @classmethod
-    def _duration(cls, value: str) -> str:
+    def _duration(cls, value: str, info: ValidationInfo) -> str:
         if parse_duration(value) <= 0:
-            raise ValueError("refreshInterval must be longer than 0s")
+            raise ValueError(f"{to_camel(info.field_name or '')} must be longer than 0s")
+        return value
+
+    @field_validator("avoid_for")
+    @classmethod
+    def _period(cls, value: str) -> str:
+        parse_duration(value)
+        return value
+
+    @field_validator("api_limits")
+    @classmethod
+    def _limits(cls, value: str | None) -> str | None:
+        if value is not None and not API_LIMIT.fullmatch(value):
+            raise ValueError(f"{value!r}: give ACTION=CALLS_PER_SECOND[,…], e.g. RunInstances=5")
         return value
 
     @model_validator(mode="after")

@@ -90,8 +90,10 @@ def config_from_pulumi(cfg: pulumi.Config) -> InstallConfig:
     """InstallConfig from the stack's config: one key per field, camelCase (`pulumi config set
     image …`, `pulumi config set --path 'watchNamespaces[0]' team-a`)."""
     values: dict[str, Any] = {}
+    if (policy := cfg.get("imagePullPolicy")) is not None:  # before image.pullPolicy
+        values["image_pull_policy"] = policy
     for name, field in InstallConfig.model_fields.items():
-        raw = cfg.get(to_camel(name))
+        raw = cfg.get(field.alias or to_camel(name))
         if raw is None:
             continue
         if field.annotation in (str, str | None):

@@ -55,7 +55,14 @@ def service_account(config: InstallConfig) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": metadata(config, config.name, config.namespace),
+        "metadata": {
+            **metadata(config, config.name, config.namespace),
+            **(
+                {"annotations": dict(config.service_account.annotations)}
+                if config.service_account.annotations
+                else {}
+            ),
+        },
         "automountServiceAccountToken": True,
     }
 

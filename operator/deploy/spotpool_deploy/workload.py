@@ -46,6 +46,12 @@ def _env(config: InstallConfig) -> list[dict[str, str]]:
         "SPOTPOOL_MAX_CONCURRENT": str(config.max_concurrent),
         "SPOTPOOL_SHARDS": str(config.shards),
         "SPOTPOOL_REFRESH_INTERVAL": config.refresh_interval,
+        "SPOTPOOL_FULL_REFRESH_EVERY": str(config.full_refresh_every),
+        "SPOTPOOL_PROBE_BUDGET": number_text(config.probe_budget),
+        "SPOTPOOL_AVOID_FOR": config.avoid_for,
+        "SPOTPOOL_OPERATION_TIMEOUT": config.operation_timeout,
+        "SPOTPOOL_LEASE_DURATION": config.lease_duration,
+        "SPOTPOOL_MAX_CONCURRENT_PER_ACCOUNT": str(config.max_concurrent_per_account),
         "SPOTPOOL_METRICS_HOST": "0.0.0.0",
         "SPOTPOOL_METRICS_PORT": str(config.metrics.port),
         "SPOTPOOL_LIVENESS_PORT": str(LIVENESS_PORT),
@@ -60,11 +66,31 @@ def _env(config: InstallConfig) -> list[dict[str, str]]:
         env["SPOTPOOL_NAMESPACE"] = ",".join(config.watch_namespaces)
     if config.cloud_endpoint is not None:
         env["SPOTPOOL_CLOUD_ENDPOINT"] = config.cloud_endpoint
+    if config.operator_class is not None:
+        env["SPOTPOOL_OPERATOR_CLASS"] = config.operator_class
+    if config.install_id is not None:
+        env["SPOTPOOL_INSTALL_ID"] = config.install_id
+    if config.api_limits is not None:
+        env["SPOTPOOL_API_LIMITS"] = config.api_limits
     if config.notices.enabled:
         env["SPOTPOOL_NOTICE_HOST"] = "0.0.0.0"
         env["SPOTPOOL_NOTICE_PORT"] = str(config.notices.port)
         env["SPOTPOOL_NOTICE_URL"] = config.notices.url or notice_service_url(config)
-    return [{"name": key, "value": value} for key, value in env.items()]
+    return [{"name": key, "value": value} for key, value in env.items()] + list(config.extra_env)
+
+
+def number_text(value: float | str) -> str:
+    """A number as Helm's templates print it (1.0 as 1); a chart placeholder as it is."""
+    if isinstance(value, str):
+        return str(value)
+    text = repr(float(value))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def image(config: InstallConfig) -> str:
+    registry = config.image.registry or config.global_.image_registry
+    name = f"{config.image.repository}:{config.image.tag}"
+    return f"{registry}/{name}" if registry else name
 
 
 def _volumes(config: InstallConfig) -> list[dict[str, Any]]:
@@ -111,9 +137,9 @@ def _probe(period: int, failures: int) -> dict[str, Any]:
 def _container(config: InstallConfig) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": "operator",
-        "image": config.image,
-        "imagePullPolicy": config.image_pull_policy,
-        "args": ["operator", "run"],
+        "image": image(config),
+        "imagePullPolicy": config.image.pull_policy,
+        "args": ["operator", "run", *config.extra_args],
         "env": _env(config),
         "ports": [
             {"name": "metrics", "containerPort": config.metrics.port, "protocol": "TCP"},
@@ -163,7 +189,7 @@ def deployment(config: InstallConfig) -> dict[str, Any]:
             "revisionHistoryLimit": 3,
             "selector": {"matchLabels": selector_labels(config)},
             "template": {
-                "metadata": {"labels": labels(config)},
+                "metadata": _pod_metadata(config),
                 "spec": {
                     "serviceAccountName": config.name,
                     "automountServiceAccountToken": True,
@@ -180,24 +206,49 @@ def deployment(config: InstallConfig) -> dict[str, Any]:
                     },
                     "containers": [_container(config)],
                     "volumes": _volumes(config),
-                    "affinity": _spread(config),
+                    "topologySpreadConstraints": _spread(config),
+                    **_scheduling(config),
                 },
             },
         },
     }
 
 
-def _spread(config: InstallConfig) -> dict[str, Any]:
-    """Replicas on different nodes when the cluster has them: a node's loss is one replica's."""
-    term = {"labelSelector": {"matchLabels": selector_labels(config)},
-            "topologyKey": "kubernetes.io/hostname"}  # fmt: skip
-    return {
-        "podAntiAffinity": {
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 100, "podAffinityTerm": term}
-            ]
+def _pod_metadata(config: InstallConfig) -> dict[str, Any]:
+    meta: dict[str, Any] = {"labels": {**labels(config), **config.pod_labels}}
+    if config.pod_annotations:
+        meta["annotations"] = dict(config.pod_annotations)
+    return meta
+
+
+def _scheduling(config: InstallConfig) -> dict[str, Any]:
+    """Where the pods may run and what they pull with: each left out while unset."""
+    spec: dict[str, Any] = {}
+    if config.node_selector:
+        spec["nodeSelector"] = dict(config.node_selector)
+    if config.tolerations:
+        spec["tolerations"] = list(config.tolerations)
+    if config.affinity:
+        spec["affinity"] = dict(config.affinity)
+    if config.priority_class_name is not None:
+        spec["priorityClassName"] = config.priority_class_name
+    secrets = [*config.image_pull_secrets, *config.global_.image_pull_secrets]
+    if secrets:
+        spec["imagePullSecrets"] = secrets
+    return spec
+
+
+def _spread(config: InstallConfig) -> list[dict[str, Any]]:
+    """Replicas on different nodes when the cluster has them: a node's loss is one replica's
+    (a preference, beside whatever `affinity` the install sets)."""
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector_labels(config)},
         }
-    }
+    ]
 
 
 def disruption_budget(config: InstallConfig) -> dict[str, Any]:

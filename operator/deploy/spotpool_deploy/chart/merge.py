@@ -13,7 +13,9 @@ from spotpool_deploy.chart.nodes import (
     GuardedItems,
     Map,
     Seq,
-    docs_of,
+    doc_of,
+    key_of,
+    twin,
 )
 from spotpool_deploy.chart.settings import (
     FIXED,
@@ -25,7 +27,7 @@ from spotpool_deploy.chart.settings import (
     structural_values,
 )
 from spotpool_deploy.config import InstallConfig
-from spotpool_deploy.objects import render
+from spotpool_deploy.objects import Object, render
 
 
 def _merge(on: Any, off: Any, guard: Guard) -> Any:
@@ -112,18 +114,29 @@ def templates() -> list[Doc]:
 
     All combinations of the structural settings would be 2^n renders. Each object depends on
     few of them: those whose toggle changes it, from all off and from all on. Each object is
-    then merged over the combinations of its own settings only (the others off)."""
+    then merged over the combinations of its own settings only (the others off), and only
+    that object of each render is made a template."""
     all_settings = [s for s in settings() if s.path not in FIXED]
     structural = [s for s in all_settings if s.structural]
     leaves = {s.path: leaf_value(s) for s in all_settings if not s.structural}
-    renders: dict[frozenset[Setting], dict[str, Doc]] = {}
+    renders: dict[frozenset[Setting], dict[str, Object]] = {}
+    converted: dict[tuple[frozenset[Setting], str], Doc | None] = {}
 
-    def rendered(on: frozenset[Setting]) -> dict[str, Doc]:
+    def rendered(on: frozenset[Setting]) -> dict[str, Object]:
         if on not in renders:
             chosen = {s.path: structural_values(s)[0 if s in on else 1] for s in structural}
-            config = construct(InstallConfig, {**FIXED, **leaves, **chosen}, ())
-            renders[on] = {doc.key: doc for doc in docs_of(render(config), all_settings)}
+            objects = render(construct(InstallConfig, {**FIXED, **leaves, **chosen}, ()))
+            objects = [obj for obj in objects if not twin(obj, all_settings)]
+            renders[on] = {key_of(obj): obj for obj in objects}
+            if len(renders[on]) != len(objects):
+                raise ChartError("two objects of one kind share a name (in different namespaces)")
         return renders[on]
+
+    def doc(on: frozenset[Setting], key: str) -> Doc | None:
+        if (on, key) not in converted:
+            found = rendered(on).get(key)
+            converted[on, key] = None if found is None else doc_of(found, all_settings)
+        return converted[on, key]
 
     depends: dict[str, set[Setting]] = {}
     for base in (frozenset(), frozenset(structural)):
@@ -136,7 +149,7 @@ def templates() -> list[Doc]:
 
     def docs(key: str, on: frozenset[Setting], left: list[Setting]) -> list[Doc]:
         if not left:
-            found = rendered(on).get(key)
+            found = doc(on, key)
             return [] if found is None else [found]
         setting, rest = left[0], left[1:]
         return _merge_docs(

@@ -44,6 +44,13 @@ class Splice:
 
 
 @dataclass(frozen=True)
+class SpliceItems:
+    """A list setting's items among a list's own (`[*items, *setting]`)."""
+
+    expr: str
+
+
+@dataclass(frozen=True)
 class Choice:
     """A scalar that differs with a setting."""
 
@@ -116,7 +123,7 @@ class Converter:
         if isinstance(value, dict):
             return self.map(value)
         if isinstance(value, list):
-            return Seq(tuple(self.node(item) for item in value))
+            return Seq(tuple(self.item(item) for item in value))
         if isinstance(value, RawPlaceholder):
             match = PLACEHOLDER.fullmatch(value)
             assert match is not None
@@ -125,7 +132,25 @@ class Converter:
             return self.string(value)
         return value
 
-    def map(self, value: dict[Any, Any]) -> Any:
+    def item(self, value: Any) -> Any:
+        match = PLACEHOLDER.fullmatch(value) if isinstance(value, str) else None
+        if match is not None and match["kind"] == "W":
+            return SpliceItems(self.setting(match["path"]).expr)
+        omitted = self._omitted(value.values()) if isinstance(value, dict) else None
+        if omitted is not None:  # an item such as {name: SPOTPOOL_X, value: <omitted setting>}
+            return GuardedItems(Guard(omitted.expr, True), Seq((self.map(value, False),)))
+        return self.node(value)
+
+    def _omitted(self, values: Any) -> Setting | None:
+        for value in values:
+            match = PLACEHOLDER.fullmatch(value) if isinstance(value, str) else None
+            if match is not None and match["kind"] == "" and match["path"] in self.by_path:
+                setting = self.by_path[match["path"]]
+                if setting.kind == "omitted":
+                    return setting
+        return None
+
+    def map(self, value: dict[Any, Any], guard_omitted: bool = True) -> Any:
         dict_keys = {key: PLACEHOLDER.fullmatch(str(key)) for key in value}
         spliced = {k: m for k, m in dict_keys.items() if m is not None and m["kind"] == "D"}
         if len(value) == 1 and spliced:  # the map is the setting
@@ -138,9 +163,28 @@ class Converter:
                 entries.append(Splice(self.setting(spliced[key]["path"]).expr))
             elif PLACEHOLDER.search(str(key)):
                 entries.append((self.string(str(key)), self.node(item)))
+            elif guard_omitted and (omitted := self._omitted([item])) is not None:
+                entry = Map(((key, self.node(item)),))
+                entries.append(GuardedEntries(Guard(omitted.expr, True), entry))
             else:
-                entries.append((key, self.node(item)))
+                entries.append(self._guarded((key, self.node(item)), item))
         return Map(tuple(entries))
+
+    def _guarded(self, entry: tuple[Any, Any], item: Any) -> Any:
+        """An entry that holds only whole settings (a map that is one, a list of their items)
+        is written only when one of them is set, as the objects leave it out while empty."""
+        found = [
+            PLACEHOLDER.fullmatch(str(key))
+            for key in (item if isinstance(item, dict) and len(item) == 1 else {})
+        ]
+        if isinstance(item, list) and item:
+            found = [PLACEHOLDER.fullmatch(x) if isinstance(x, str) else None for x in item]
+        whole = [self.setting(m["path"]) for m in found if m is not None]
+        if not found or len(whole) != len(found) or any(s.kind != "whole" for s in whole):
+            return entry
+        exprs = [s.expr for s in whole]
+        expr = exprs[0] if len(exprs) == 1 else f"or {' '.join(exprs)}"
+        return GuardedEntries(Guard(expr, True), Map((entry,)))
 
     def string(self, value: str) -> Any:
         value = self._joins(value)
@@ -186,7 +230,7 @@ class Converter:
         if match["kind"].startswith("J"):
             separator = bytes.fromhex(match["kind"][1:]).decode()
             return f"join {json.dumps(separator)} {setting.expr}"
-        if match["kind"] in ("I1", "D"):
+        if match["kind"] in ("I1", "D", "W"):
             raise ChartError(f"{setting.value_path} is used in a way the chart cannot template")
         return setting.expr
 
@@ -197,28 +241,37 @@ def _file_name(obj: Object) -> str:
     return "-".join(p for p in (obj["kind"].lower(), name) if p) + ".yaml"
 
 
-def docs_of(objects: list[Object], all_settings: list[Setting]) -> list[Doc]:
+def key_of(obj: Object) -> str:
+    return f"{obj['kind']}/{obj['metadata']['name']}"
+
+
+def is_twin(text: str, lists: list[Setting]) -> bool:
+    """`text` (an object's JSON, lists joined) is the second item's twin of a ranged object."""
+    return any(item_placeholder(s, 1) in text for s in lists)
+
+
+def twin(obj: Object, all_settings: list[Setting]) -> bool:
+    by_path = {s.value_path: s for s in all_settings}
+    text = Converter(by_path, None)._joins(json.dumps(obj))
+    return is_twin(text, [s for s in all_settings if s.kind == "list"])
+
+
+def doc_of(obj: Object, all_settings: list[Setting]) -> Doc | None:
+    """The object as a template node tree; None for the second item's twin of a ranged
+    object (a Role per watched namespace is rendered for two items, templated from one)."""
     by_path = {s.value_path: s for s in all_settings}
     lists = [s for s in all_settings if s.kind == "list"]
-    docs = []
-    for obj in objects:
-        text = Converter(by_path, None)._joins(json.dumps(obj))
-        if any(item_placeholder(s, 1) in text for s in lists):
-            continue  # the second item's twin of a ranged object
-        each = [s for s in lists if item_placeholder(s, 0) in text]
-        if len(each) > 1:
-            raise ChartError(f"{identity(obj)} depends on items of two lists")
-        converter = Converter(by_path, each[0] if each else None)
-        body = converter.node(obj)
-        docs.append(
-            Doc(
-                key=f"{obj['kind']}/{obj['metadata']['name']}",
-                file=_file_name(obj),
-                guards=(),
-                each=each[0].expr if each else None,
-                body=body,
-            )
-        )
-    if len({doc.key for doc in docs}) != len(docs):
-        raise ChartError("two objects of one kind share a name (in different namespaces)")
-    return docs
+    text = Converter(by_path, None)._joins(json.dumps(obj))
+    if is_twin(text, lists):
+        return None
+    each = [s for s in lists if item_placeholder(s, 0) in text]
+    if len(each) > 1:
+        raise ChartError(f"{identity(obj)} depends on items of two lists")
+    body = Converter(by_path, each[0] if each else None).node(obj)
+    return Doc(
+        key=key_of(obj),
+        file=_file_name(obj),
+        guards=(),
+        each=each[0].expr if each else None,
+        body=body,
+    )

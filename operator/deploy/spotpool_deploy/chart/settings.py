@@ -4,16 +4,18 @@ import re
 import types
 import typing
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal, TypeGuard, Union
 
 from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 
-from spotpool_deploy.config import InstallConfig
+from spotpool_deploy.config import OMIT_EMPTY, InstallConfig
 
-# Helm's own decisions, not values: the release namespace, created before the release.
-NOT_VALUES = {"namespace", "create_namespace"}
-FIXED: dict[tuple[str, ...], Any] = {("create_namespace",): False}
+# Helm's own decisions, not values: the release namespace, created before the release; the
+# CRD, which the chart keeps in crds/ (Helm installs it first and never deletes it).
+NOT_VALUES = {"namespace", "create_namespace", "install_crd"}
+FIXED: dict[tuple[str, ...], Any] = {("create_namespace",): False, ("install_crd",): False}
 ITEM_VAR = "$item"
 
 
@@ -21,7 +23,10 @@ class ChartError(Exception):
     """The source uses a setting in a way the generator cannot template; says which."""
 
 
-Kind = Literal["scalar", "int", "dict", "bool", "optional", "list"]
+# whole: a map or list written whole (or spliced) only when set; omitted: an optional scalar
+# whose entry (or list item) is written only when set. Neither is rendered off: the template
+# guards them where they are used (`nodes`), which keeps the renders few.
+Kind = Literal["scalar", "int", "dict", "bool", "optional", "list", "whole", "omitted"]
 
 
 @dataclass(frozen=True)
@@ -29,12 +34,13 @@ class Setting:
     path: tuple[str, ...]  # field names from InstallConfig down
     kind: Kind
     int_inner: bool = False  # an optional int
+    is_map: bool = False  # a whole setting that is a map (else a list)
 
-    @property
+    @cached_property
     def value_path(self) -> str:
-        return ".".join(to_camel(part) for part in self.path)
+        return ".".join(value_name(part) for part in self.path)
 
-    @property
+    @cached_property
     def expr(self) -> str:
         if self.path == ("namespace",):
             return "$.Release.Namespace"
@@ -43,6 +49,11 @@ class Setting:
     @property
     def structural(self) -> bool:
         return self.kind in ("bool", "optional", "list")
+
+
+def value_name(field_name: str) -> str:
+    """The chart value of a field: camelCase, without the `_` of a Python keyword (global_)."""
+    return to_camel(field_name.rstrip("_"))
 
 
 class RawPlaceholder(str):
@@ -62,8 +73,13 @@ def _dict_key(setting: Setting) -> str:
     return f"__SPD_{setting.value_path}__"
 
 
-# kind: "" a value, I0/I1 a list's two items, D a dict, J<hex> a list joined by a separator
-PLACEHOLDER = re.compile(r"__SP(?P<kind>I0|I1|D|J[0-9a-f]*|)_(?P<path>[A-Za-z0-9.]+)__")
+def _whole_items(setting: Setting) -> str:
+    return f"__SPW_{setting.value_path}__"
+
+
+# kind: "" a value, I0/I1 a list's two items, D a dict, J<hex> a list joined by a separator,
+# W a list's items spliced whole among others
+PLACEHOLDER = re.compile(r"__SP(?P<kind>I0|I1|D|W|J[0-9a-f]*|)_(?P<path>[A-Za-z0-9.]+)__")
 
 
 def is_model(annotation: Any) -> TypeGuard[type[BaseModel]]:
@@ -90,7 +106,9 @@ def settings(model: type[BaseModel] = InstallConfig, prefix: tuple[str, ...] = (
             found += settings(annotation, path)
         elif annotation is bool:
             found.append(Setting(path, "bool"))
-        elif annotation is int:
+        elif OMIT_EMPTY in field.metadata and origin in (list, dict):
+            found.append(Setting(path, "whole", is_map=origin is dict))
+        elif annotation in (int, float):
             found.append(Setting(path, "int"))
         elif annotation is str or origin is Literal:
             found.append(Setting(path, "scalar"))
@@ -98,12 +116,15 @@ def settings(model: type[BaseModel] = InstallConfig, prefix: tuple[str, ...] = (
             found.append(Setting(path, "list"))
         elif origin is dict:
             found.append(Setting(path, "dict"))
+        elif inner in (str, int) and field.default is None and OMIT_EMPTY in field.metadata:
+            found.append(Setting(path, "omitted", int_inner=inner is int))
         elif inner in (str, int) and field.default is None:
             found.append(Setting(path, "optional", int_inner=inner is int))
         else:
             raise ChartError(
                 f"InstallConfig.{'.'.join(path)}: a {annotation} setting has no chart value yet "
-                "(spotpool_deploy/helm.py maps str, int, bool, Optional, list and dict)"
+                "(spotpool_deploy/chart/settings.py maps str, int, float, bool, Optional, list and "
+                "dict)"
             )
     return found
 
@@ -122,9 +143,12 @@ def _scalar_placeholder(setting: Setting, raw: bool) -> Any:
 
 
 def leaf_value(setting: Setting) -> Any:
-    if setting.kind == "dict":
+    """A whole setting is rendered set: the template guards what it writes (`nodes`)."""
+    if setting.kind == "dict" or (setting.kind == "whole" and setting.is_map):
         return {_dict_key(setting): "x"}
-    return _scalar_placeholder(setting, setting.kind == "int")
+    if setting.kind == "whole":
+        return [_whole_items(setting)]
+    return _scalar_placeholder(setting, setting.kind == "int" or setting.int_inner)
 
 
 def construct(

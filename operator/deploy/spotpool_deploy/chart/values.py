@@ -4,11 +4,10 @@ import textwrap
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic.alias_generators import to_camel
 
 from spotpool.api.spec import DURATION
-from spotpool_deploy.chart.settings import NOT_VALUES, is_model, settings
-from spotpool_deploy.config import DNS_LABEL, InstallConfig
+from spotpool_deploy.chart.settings import NOT_VALUES, is_model, settings, value_name
+from spotpool_deploy.config import API_LIMIT, DNS_LABEL, InstallConfig
 from spotpool_deploy.kustomize import dump
 
 HEADER = (
@@ -27,7 +26,7 @@ def values_yaml() -> str:
         for name, field in model.model_fields.items():
             if indent == 0 and name in NOT_VALUES:
                 continue
-            alias = to_camel(name)
+            alias = value_name(name)
             text = (field.description or "").replace("None:", "null:")  # as YAML spells it
             for line in textwrap.wrap(text, 96 - indent, break_on_hyphens=False):
                 lines.append(f"{pad}# {line}")
@@ -46,9 +45,9 @@ def values_yaml() -> str:
 def schema() -> dict[str, Any]:
     schema = InstallConfig.model_json_schema(by_alias=True)
     for name in NOT_VALUES:
-        schema["properties"].pop(to_camel(name), None)
+        schema["properties"].pop(value_name(name), None)
         if "required" in schema:
-            schema["required"] = [r for r in schema["required"] if r != to_camel(name)]
+            schema["required"] = [r for r in schema["required"] if r != value_name(name)]
     # What the model's validators check, as JSON Schema, so `helm` refuses what `render` does
     # (tests/deploy/test_helm.py checks that both reject the same values).
     label = {"pattern": f"^{DNS_LABEL.pattern}$", "maxLength": 63}
@@ -57,7 +56,9 @@ def schema() -> dict[str, Any]:
     properties["name"].update(label)
     properties["watchNamespaces"]["items"].update(label)
     properties["watchNamespaces"]["uniqueItems"] = True
-    properties["refreshInterval"].update(duration)
+    for name in ("refreshInterval", "avoidFor", "operationTimeout", "leaseDuration"):
+        properties[name].update(duration)
+    properties["apiLimits"]["anyOf"][0]["pattern"] = f"^{API_LIMIT.pattern}$"
     defs["Monitoring"]["properties"]["scrapeInterval"].update(duration)
     defs["Monitoring"]["properties"]["dashboardNamespace"]["anyOf"][0].update(label)
     schema["allOf"] = CROSS_FIELD_RULES
@@ -99,6 +100,6 @@ def values_for(config: InstallConfig) -> dict[str, Any]:
             continue
         mine, default = values, defaults
         for part in setting.path:
-            mine, default = mine[to_camel(part)], default[to_camel(part)]
+            mine, default = mine[value_name(part)], default[value_name(part)]
         mine.update({key: None for key in default if key not in mine})
     return values

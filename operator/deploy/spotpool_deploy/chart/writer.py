@@ -13,6 +13,7 @@ from spotpool_deploy.chart.nodes import (
     Map,
     Seq,
     Splice,
+    SpliceItems,
     scalar_text,
 )
 from spotpool_deploy.chart.settings import ITEM_VAR, ChartError
@@ -49,9 +50,9 @@ class _Writer:
             return list(self._items(node))
         return node
 
-    def _entries(self, node: Map) -> Iterator[tuple[Any, Any]]:
+    def _entries(self, node: Map, top: bool = True) -> Iterator[tuple[Any, Any]]:
         entries = list(node.entries)
-        if entries and not isinstance(entries[0], tuple):
+        if top and entries and not isinstance(entries[0], tuple):
             # A guard cannot open a list item's map (it would take the `- `): a plain key first.
             plain = next((i for i, e in enumerate(entries) if isinstance(e, tuple)), None)
             if plain is None:
@@ -62,7 +63,7 @@ class _Writer:
                 yield self._token("S", entry.expr), None
             elif isinstance(entry, GuardedEntries):
                 yield self._token("B", entry.guard.open()), None
-                yield from self._entries(entry.entries)
+                yield from self._entries(entry.entries, top=False)
                 yield self._token("E", "{{- end }}"), None
             else:
                 yield self.plain(entry[0]), self.plain(entry[1])
@@ -73,6 +74,8 @@ class _Writer:
                 yield self._token("B", item.guard.open())
                 yield from self._items(item.items)
                 yield self._token("E", "{{- end }}")
+            elif isinstance(item, SpliceItems):
+                yield self._token("S", item.expr)
             else:
                 yield self.plain(item)
 
