@@ -4,7 +4,7 @@ agent, the agent's wire format, and the operator's checks on a report (who may s
 import email
 import json
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from spotpool_operator.metrics import NOTICE_RESULTS, Metrics
@@ -80,14 +80,28 @@ def test_stack_config_has_the_agent_only_with_an_endpoint_and_not_opted_out() ->
     assert StackConfig.from_spec(pool, off, notice_url="http://op:8090").notice_agent is None
 
 
+def _beijing(when: datetime) -> str:
+    """A time as the metadata service says it (UTC+8)."""
+    return (when + notices.BEIJING).strftime("%Y-%m-%d %H:%M:%S")
+
+
+NOTICE_AT = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=120)
+
+
 def _report(
-    world_settings_key: str, slot: int, instance: str, uid: str = "uid-gpu"
+    world_settings_key: str,
+    slot: int,
+    instance: str,
+    uid: str = "uid-gpu",
+    nonce: str = "",
+    when: str | None = None,
 ) -> tuple[bytes, str]:
-    body = json.dumps(
-        {"poolUid": uid, "slot": slot, "instanceId": instance,
-         "terminationTime": "2026-11-24 23:05:33"}
-    ).encode()  # fmt: skip
-    token = notices.slot_token(world_settings_key, slot)
+    fields = {"poolUid": uid, "slot": slot, "instanceId": instance,
+              "terminationTime": when or _beijing(NOTICE_AT)}  # fmt: skip
+    if nonce:
+        fields["nonce"] = nonce
+    body = json.dumps(fields).encode()
+    token = notices.slot_token(world_settings_key, slot, nonce)
     return body, notices.sign(token, int(time.time()), body)
 
 
@@ -123,7 +137,8 @@ def test_operator_takes_a_report_only_from_the_slots_own_instance(tmp_path: Path
 
     body, signature = _report(key, 0, "ins-aaa")
     assert reconciler.receive_notice(body, signature)[0] == 202
-    assert pool.noticed == {0: ("ins-aaa", datetime(2026, 11, 24, 15, 5, 33, tzinfo=UTC))}
+    (taken,) = pool.noticed.values()
+    assert (taken.slot, taken.instance_id, taken.termination_time) == (0, "ins-aaa", NOTICE_AT)
     assert pool.wake.is_set()
     assert reconciler.receive_notice(body, signature)[0] == 200  # said twice: once acted on
 
@@ -143,7 +158,8 @@ def test_operator_takes_a_report_only_from_the_slots_own_instance(tmp_path: Path
     }
     assert counted == {
         "accepted": 1, "repeat": 2, "from_surge": 1, "malformed": 1, "bad_signature": 2,
-        "not_served": 0, "unknown_pool": 1, "wrong_instance": 1,
+        "not_served": 0, "unknown_pool": 1, "wrong_instance": 1, "stale_token": 0,
+        "bad_time": 0, "rate_limited": 0,
     }  # fmt: skip
 
 
@@ -175,7 +191,8 @@ def test_a_notice_starts_the_slots_replacement_in_one_engine_run(tmp_path: Path)
     (surge,) = status["surges"]
     assert surge["slot"] == 1 and surge["replacing"] == first[1]
     assert surge["instanceId"] not in first.values()
-    assert surge["terminationTime"] == "2026-11-24T15:05:33Z"
+    assert surge["terminationTime"] == NOTICE_AT.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert surge["receivedTime"] and surge["startTime"]
     assert status["notices"]["total"] == 1
     assert status["phase"] == "Ready"  # the noticed instance still runs: nothing missing
     assert world.events.reasons()[-2:] == ["TerminationNotice", "Surging"]
@@ -192,14 +209,18 @@ def test_a_surge_whose_old_instance_outlives_its_notice_is_retired(tmp_path: Pat
     first = {i.slot: i.instance_id for i in pool.status.instances}
     report, signature = _report(reconciler.settings.engine.notice_key("uid-gpu"), 0, first[0])
     reconciler.receive_notice(report, signature)
-    run(reconciler.start_surges(ref(body)))  # the notice said 2026-11-24 15:05:33 UTC
+    received = datetime.now(UTC).replace(microsecond=0)
+    reconciler.clock = lambda: received
+    run(reconciler.start_surges(ref(body)))  # the notice says two minutes from now
     assert [s.slot for s in pool.status.surges] == [0]
 
-    reconciler.clock = lambda: datetime(2026, 11, 24, 15, 6, 0, tzinfo=UTC)  # within grace
+    later = received + timedelta(seconds=59)  # within the grace, counted from the receipt
+    reconciler.clock = lambda: later
     run(reconciler.retire_stale_surges(ref(body)))
     assert [s.slot for s in pool.status.surges] == [0]
 
-    reconciler.clock = lambda: datetime(2026, 11, 24, 15, 7, 0, tzinfo=UTC)  # still running
+    later = received + timedelta(seconds=61)  # still running; the notice's own time is not due
+    reconciler.clock = lambda: later
     run(reconciler.retire_stale_surges(ref(body)))
     assert world.cloud.calls[-1] == ("retire_surges", "team-a.gpu")
     assert pool.status.surges == []

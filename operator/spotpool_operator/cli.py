@@ -298,6 +298,21 @@ def run(
         help="Key the agents' per-slot tokens derive from. Default: derived from the stacks' "
         "passphrase.",
     ),
+    notice_grace: float = typer.Option(
+        600.0,
+        "--notice-grace",
+        min=1,
+        envvar="SPOTPOOL_NOTICE_GRACE",
+        help="Seconds after a notice's receipt its instance may still run before the surge "
+        "instance started for it is deleted.",
+    ),
+    surge_max_life: float = typer.Option(
+        1800.0,
+        "--surge-max-life",
+        min=1,
+        envvar="SPOTPOOL_SURGE_MAX_LIFE",
+        help="Seconds a surge instance lives at most unless it took its slot.",
+    ),
     log_format: LogFormat = typer.Option(
         LogFormat.json, "--log-format", envvar="SPOTPOOL_LOG_FORMAT", help="Log line format."
     ),
@@ -364,6 +379,8 @@ def run(
             notice_host=notice_host,
             notice_port=notice_port,
             notice_url=notice_url or None,
+            notice_grace=notice_grace,
+            surge_max_life=surge_max_life,
         )
     except ValidationError as error:
         raise typer.BadParameter(str(error)) from None

@@ -29,6 +29,9 @@ NOTICE_RESULTS = (
     "not_served",  # refused: another replica serves the pool's shard now (503, retried)
     "unknown_pool",  # refused: no such pool served here (404)
     "wrong_instance",  # refused: not the instance the status lists in that slot (409)
+    "stale_token",  # refused: signed with an earlier instance's token of that slot (401)
+    "bad_time",  # refused: a termination time not within minutes of receipt (422)
+    "rate_limited",  # refused: too many reports or connections from there now (429)
 )
 SURGE_EVENTS = ("started", "promoted", "retired")
 

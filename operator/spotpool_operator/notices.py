@@ -7,14 +7,23 @@ Who may say so: see spotpool.api.notices (one token per pool and slot) and docs/
 """
 
 import time
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 
 from pydantic import ValidationError
 
-from spotpool.api.notices import NoticeReport, signature_problem, slot_token
+from spotpool.api.notices import (
+    NOTICE_LATE,
+    NoticeReport,
+    signature_problem,
+    slot_token,
+    time_problem,
+)
+from spotpool.api.status import AcceptedNotice, Surge
 from spotpool_operator import status as render
 from spotpool_operator.engine_runner import PoolWork
-from spotpool_operator.failures import classify
-from spotpool_operator.pools import PoolRef
+from spotpool_operator.failures import PoolProblem, classify
+from spotpool_operator.pools import PoolRef, PoolState
 
 
 class Notices(PoolWork):
@@ -30,8 +39,10 @@ class Notices(PoolWork):
         """Check an agent's report and take it in: its result (metrics.NOTICE_RESULTS), the HTTP
         status and a message for the agent.
 
-        Accepted only when signed with the token of the slot it names, and the instance it
-        names is the one the pool's status lists in that slot: an instance speaks for itself.
+        Accepted only when signed with the token of the slot and generation (nonce) it names,
+        the instance and nonce it names are the ones the pool's status lists in that slot (an
+        instance speaks for itself, and an earlier instance's token speaks for nobody), and its
+        termination time lies within minutes of now (the cloud gives two).
         """
         try:
             report = NoticeReport.model_validate_json(body)
@@ -41,7 +52,8 @@ class Notices(PoolWork):
                 400,
                 f"not a notice report: {error.errors(include_url=False)[0]['msg']}",
             )
-        token = slot_token(self.settings.engine.notice_key(report.pool_uid), report.slot)
+        key = self.settings.engine.notice_key(report.pool_uid)
+        token = slot_token(key, report.slot, report.nonce)
         problem = signature_problem(token, signature, body, time.time() if now is None else now)
         if problem is not None:
             return "bad_signature", 401, problem
@@ -50,46 +62,68 @@ class Notices(PoolWork):
         pool = self.pools.get(report.pool_uid)
         if pool is None:
             return "unknown_pool", 404, "no pool with this uid is served here"
+        received = self.clock() if now is None else datetime.fromtimestamp(int(now), UTC)
+        if (problem := time_problem(report.termination_utc(), received)) is not None:
+            return "bad_time", 422, problem
         if report.instance_id in {s.instance_id for s in pool.status.surges}:
             return (
                 "from_surge",
                 200,
                 "a replacement itself: the slot's own instance is already being replaced",
             )
-        listed = {i.slot: i.instance_id for i in pool.status.instances}
-        if listed.get(report.slot) != report.instance_id:
+        listed = {i.slot: i for i in pool.status.instances}
+        instance = listed.get(report.slot)
+        if instance is None or instance.instance_id != report.instance_id:
             return (
                 "wrong_instance",
                 409,
                 f"{report.instance_id} is not the instance of slot {report.slot}",
             )
+        if report.nonce != (instance.nonce or ""):
+            return (
+                "stale_token",
+                401,
+                f"signed with the token of another generation of slot {report.slot} (an "
+                "earlier instance's), not this instance's",
+            )
         if report.slot in pool.noticed or any(s.slot == report.slot for s in pool.status.surges):
             return "repeat", 200, "already being replaced"
-        pool.noticed[report.slot] = (report.instance_id, report.termination_utc())
+        pool.noticed[report.slot] = AcceptedNotice(
+            slot=report.slot,
+            instance_id=report.instance_id,
+            termination_time=report.termination_utc(),
+            received_time=received,
+        )
         pool.wake.set()
         return "accepted", 202, "replacement starting"
 
     async def start_surges(self, ref: PoolRef) -> None:
-        """Start the replacement of every noticed slot in one engine run."""
+        """Start the replacement of every noticed slot in one engine run. The notices stay in
+        the status until it ran, so the replica serving the pool next starts them."""
         pool = self.pool(ref)
         async with pool.lock:
             noticed, pool.noticed = pool.noticed, {}
             spec = await self._spec(pool, ref, "up", quiet=True)
             if spec.paused:
                 return
+            now = self.clock()
             listed = {i.slot: i.instance_id for i in pool.status.instances}
             surging = {s.slot for s in pool.status.surges}
             slots = sorted(
                 slot
-                for slot, (instance_id, _) in noticed.items()
-                if listed.get(slot) == instance_id
+                for slot, notice in noticed.items()
+                if listed.get(slot) == notice.instance_id
                 and slot not in surging
                 and slot not in pool.gone_slots  # gone already: the plain replacement is as quick
+                and notice.termination_time + timedelta(seconds=NOTICE_LATE) >= now
             )
             if not slots:
+                await self._settled(pool, ref)
                 return
             names = ", ".join(
-                f"slot {s} ({noticed[s][0]} at {noticed[s][1]:%H:%M:%S} UTC)" for s in slots
+                f"slot {s} ({n.instance_id} at {n.termination_time:%H:%M:%S} UTC)"
+                for s, n in sorted(noticed.items())
+                if s in slots
             )
             self.events.post(
                 ref.event_ref(),
@@ -99,23 +133,32 @@ class Notices(PoolWork):
             )
             ref.logger.warning("termination notice: %s", names)
             started = self.clock()
+            taken = {s: noticed[s] for s in slots}
             status = render.noticed(
                 self._with_identity(pool.status, ref, spec), len(slots), started
             )
-            pool.status = status
+            await self._write(pool, ref, render.accepting(status, taken))
             credentials = await self._credentials(pool, ref, spec, "up")
             password = await self._login_password(pool, ref, spec)
             engine = self._engine(ref, credentials, spec.region)
             config = self._config(ref, spec)
+            try:  # the pool's placed config: a surge run must not move any other slot
+                placed, _ = await self._placed(pool, spec, config, credentials, None)
+            except PoolProblem:  # no stock for missing slots: theirs is the next up's business
+                placed = config
             try:
-                result = await self._engine_call("up", engine.start_surge, config, slots, password)
+                result = await self._engine_call("up", engine.start_surge, placed, slots, password)
             except Exception as error:  # the reclaim itself is still replaced when it comes
                 problem = classify(error)
                 await self._fail(pool, ref, pool.status, "up", problem, started)
                 raise problem from None
-            status = render.surged(pool.status, result, noticed, started, self.clock())
-            await self._write(pool, ref, status)
-            made = [s for s in status.surges if s.slot in slots]
+            made = [s for s in result.surges if s.slot in slots]
+            if not made:  # nothing to surge after all (the engine ran no up)
+                ref.logger.info("no surge started: slots %s have no instance in the state", slots)
+                await self._settled(pool, ref)
+                return
+            status = render.surged(pool.status, result, taken, started, self.clock())
+            await self._write(pool, ref, render.accepting(status, {}))
             self.events.post(
                 ref.event_ref(),
                 "Normal",
@@ -127,35 +170,40 @@ class Notices(PoolWork):
             )
             ref.logger.info("surge started in %.1f s: %s", result.seconds, made)
 
+    async def _settled(self, pool: PoolState, ref: PoolRef) -> None:
+        """No notice is waiting any more: the status says so too."""
+        if pool.status.notices.accepted:
+            await self._write(pool, ref, render.accepting(pool.status, {}))
+
     async def retire_stale_surges(self, ref: PoolRef) -> None:
         """Delete the surge instances whose slot's instance still runs `notice_grace` seconds
-        past the time its notice gave: the reclaim is not coming (or the report was not true),
-        and the pool should not pay for two instances in one slot."""
+        after their notice was received (the reclaim is not coming, or the report was not
+        true), and every surge instance older than `surge_max_life` that has not taken its
+        slot: the pool should not pay for two instances in one slot, whatever a report said."""
         pool = self.pool(ref)
         if not pool.status.surges or pool.lock.locked():
             return
         async with pool.lock:
             now = self.clock()
+            if any(s.start_time is None for s in pool.status.surges):  # first seen now
+                surges = [s.model_copy(update={"start_time": s.start_time or now})
+                          for s in pool.status.surges]  # fmt: skip
+                await self._write(pool, ref, pool.status.model_copy(update={"surges": surges}))
             listed = {i.slot: i.instance_id for i in pool.status.instances}
-            stale = [
-                s
-                for s in pool.status.surges
-                if s.termination_time is not None
-                and (now - s.termination_time).total_seconds() > self.settings.notice_grace
-                and listed.get(s.slot) == s.replacing
-            ]
+            stale = [s for s in pool.status.surges if self._stale(s, listed, now)]
             if not stale:
                 return
             spec = await self._spec(pool, ref, "up", quiet=True)
             if spec.paused:
                 return
-            names = ", ".join(f"slot {s.slot} ({s.replacing})" for s in stale)
+            names = ", ".join(f"slot {s.slot} ({s.replacing or 'its instance'})" for s in stale)
             self.events.post(
                 ref.event_ref(),
                 "Warning",
                 "NoticeUnfulfilled",
-                f"{names} still running past the termination time its notice gave; deleting "
-                "the replacement(s) " + ", ".join(s.instance_id for s in stale),
+                f"{names} still running past its notice's grace, or the replacement past its "
+                "longest life; deleting the replacement(s) "
+                + ", ".join(s.instance_id for s in stale),
             )
             started = self.clock()
             credentials = await self._credentials(pool, ref, spec, "up")
@@ -171,3 +219,16 @@ class Notices(PoolWork):
                 await self._fail(pool, ref, pool.status, "up", problem, started)
                 raise problem from None
             await self._write(pool, ref, render.surged(pool.status, result, {}, started, now))
+
+    def _stale(self, surge: Surge, listed: Mapping[int | None, str], now: datetime) -> bool:
+        """Past its notice's grace (counted from the notice's receipt) while the slot's
+        instance still runs, or past the longest life of a surge instance."""
+        life = (now - surge.start_time).total_seconds() if surge.start_time else 0.0
+        if life > self.settings.surge_max_life:
+            return True
+        since = surge.received_time or surge.termination_time  # older statuses: the latter
+        return (
+            since is not None
+            and (now - since).total_seconds() > self.settings.notice_grace
+            and listed.get(surge.slot) == surge.replacing
+        )

@@ -5,12 +5,11 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from spotpool.api.spec import GROUP, KIND, VERSION
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
-from spotpool.api.status import SpotpoolStatus
+from spotpool.api.status import AcceptedNotice, SpotpoolStatus
 from spotpool.engine.credentials import Credentials
 
 
@@ -91,5 +90,9 @@ class PoolState:
     on_demand_since: dict[int, float] = field(default_factory=dict)
     spot_seen_since: float | None = None
     back_to_spot: set[int] = field(default_factory=set)
-    # Termination notices its instances reported: slot -> (instance id, termination time).
-    noticed: dict[int, tuple[str, datetime]] = field(default_factory=dict)
+    # Termination notices taken in whose replacement has not started: slot -> the notice. The
+    # status keeps them too (notices.accepted): the replica that serves the pool next starts them.
+    noticed: dict[int, AcceptedNotice] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.noticed = self.noticed or {n.slot: n for n in self.status.notices.accepted}

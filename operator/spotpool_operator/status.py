@@ -11,8 +11,8 @@ from typing import Any
 
 from spotpool.api.spec import ChargeType
 from spotpool.api.status import (
+    AcceptedNotice,
     Instance,
-    Notices,
     Operation,
     Phase,
     Reclaims,
@@ -103,6 +103,7 @@ def _instances(outputs: list[SlotOutput]) -> list[Instance]:
             state=item.state,
             slot=item.slot,
             charge_type=item.charge_type,
+            nonce=item.nonce,
         )
         for item in sorted(outputs, key=lambda item: item.slot)
     ]
@@ -276,37 +277,59 @@ def _clean(value: Any, in_list: bool) -> Any:
 
 def noticed(status: SpotpoolStatus, count: int, now: datetime) -> SpotpoolStatus:
     """Termination notices taken in: counted (their replacements start right after)."""
-    notices = Notices(total=status.notices.total + count, last_time=now)
+    notices = status.notices.model_copy(
+        update={"total": status.notices.total + count, "last_time": now}
+    )
+    return status.model_copy(update={"notices": notices})
+
+
+def accepting(status: SpotpoolStatus, accepted: Mapping[int, AcceptedNotice]) -> SpotpoolStatus:
+    """The notices taken in whose replacement has not started yet, kept in the status so the
+    replica serving the pool next starts them."""
+    items = [accepted[slot] for slot in sorted(accepted)]
+    notices = status.notices.model_copy(update={"accepted": items})
     return status.model_copy(update={"notices": notices})
 
 
 def with_surges(
     status: SpotpoolStatus,
     surges: list[SlotOutput],
-    noticed: Mapping[int, tuple[str, datetime | None]] | None = None,
+    noticed: Mapping[int, AcceptedNotice] | None = None,
+    now: datetime | None = None,
 ) -> SpotpoolStatus:
     """The surge instances an operation left (a promoted one is gone from the list: it is the
     slot's instance now), keeping what the notice said about each (`noticed`: slot -> the
-    instance being taken and when)."""
-    earlier = {s.slot: (s.replacing, s.termination_time) for s in status.surges}
-    said = {**earlier, **(noticed or {})}
-    items = [
-        Surge(
-            slot=out.slot,
-            instance_id=out.instance_id,
-            replacing=said.get(out.slot, (None, None))[0],
-            termination_time=said.get(out.slot, (None, None))[1],
-            state=out.state,
+    notice), when it was received and when the surge started (`now` for a new one)."""
+    earlier = {s.slot: s for s in status.surges}
+    items = []
+    for out in sorted(surges, key=lambda out: out.slot):
+        before, notice = earlier.get(out.slot), (noticed or {}).get(out.slot)
+        said: tuple[str | None, datetime | None, datetime | None]
+        if notice is not None:
+            said = (notice.instance_id, notice.termination_time, notice.received_time)
+        elif before is not None:
+            said = (before.replacing, before.termination_time, before.received_time)
+        else:
+            said = (None, None, None)
+        same = before is not None and before.instance_id == out.instance_id
+        items.append(
+            Surge(
+                slot=out.slot,
+                instance_id=out.instance_id,
+                replacing=said[0],
+                termination_time=said[1],
+                received_time=said[2],
+                start_time=before.start_time if same and before else now,
+                state=out.state,
+            )
         )
-        for out in sorted(surges, key=lambda out: out.slot)
-    ]
     return status.model_copy(update={"surges": items})
 
 
 def surged(
     status: SpotpoolStatus,
     result: OperationResult,
-    noticed: Mapping[int, tuple[str, datetime | None]],
+    noticed: Mapping[int, AcceptedNotice],
     started: datetime,
     now: datetime,
 ) -> SpotpoolStatus:
@@ -314,4 +337,4 @@ def surged(
     until the cloud takes them), so Ready and the phase stay as they were."""
     status = with_instances(status, result.instances)
     status = _operation(status, str(result.kind), "succeeded", started, now, changes=result.changes)
-    return with_surges(status, result.surges, noticed)
+    return with_surges(status, result.surges, noticed, now)

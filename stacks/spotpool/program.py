@@ -20,6 +20,7 @@ def main() -> SpotPool:
         install=settings.get("installId"),
         user_data=settings.get_secret("userData"),
         notice_key=settings.get_secret("noticeKey"),
+        notice_nonces=settings.get_object("noticeNonces") or {},
         surge=settings.get_object("surge") or [],
         promote=settings.get_object("promote") or [],
         keep_secret_inputs=settings.get_object("keepSecretInputs") or [],

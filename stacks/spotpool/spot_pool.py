@@ -12,7 +12,7 @@ import pulumi
 import tencentcloud_iac_pulumi as tencentcloud
 
 from spotpool.api import notices
-from spotpool.api.notices import SURGE_SUFFIX
+from spotpool.api.notices import NONCE_TAG, SURGE_SUFFIX
 from spotpool.api.spec import ChargeType
 from spotpool.api.stackconfig import TAG_INSTALL, StackConfig
 
@@ -36,6 +36,7 @@ class SpotPool(pulumi.ComponentResource):
         install: str | None = None,
         user_data: pulumi.Input[str] | None = None,
         notice_key: pulumi.Input[str] | None = None,
+        notice_nonces: dict[str, str] | None = None,
         surge: list[int] | None = None,
         promote: list[int] | None = None,
         keep_secret_inputs: list[str] | None = None,
@@ -47,6 +48,8 @@ class SpotPool(pulumi.ComponentResource):
         self._install = install  # tagged on every instance: only its install sweeps orphans
         self._user_data = user_data  # a secret: never plain in state, exports or diffs
         self._notice_key = notice_key  # a secret: the pool's key for its slots' notice tokens
+        # Each instance's generation ("3", "3-surge" -> nonce), drawn by the engine at its create.
+        self._nonces = notice_nonces or {}
         # Surge slots: a second instance made on a termination notice, beside the slot's own.
         # Promoted slots: the surge instance becomes the slot's (an alias: a rename in state).
         self._promote = set(promote or [])
@@ -69,6 +72,7 @@ class SpotPool(pulumi.ComponentResource):
         spot = charge == ChargeType.SPOTPAID
         adopted = c.adopted.get(slot)
         net = c.internet_accessible
+        nonce = self._nonce_of(slot, surge)
         return tencentcloud.instance.Instance(
             f"{self._name}-slot-{slot}{SURGE_SUFFIX if surge else ''}",
             instance_name=f"{c.pool.namespace}-{c.pool.name}-{slot}",
@@ -90,10 +94,11 @@ class SpotPool(pulumi.ComponentResource):
             allocate_public_ip=net.public_ip_assigned,
             key_ids=c.key_ids or None,
             password=self._password,
-            user_data_raw=self._user_data_of(slot),
+            user_data_raw=self._user_data_of(slot, nonce),
             tags={
                 **c.instance_tags(slot),
                 **({TAG_INSTALL: self._install} if self._install else {}),
+                **({NONCE_TAG: nonce} if nonce else {}),
             },
             opts=pulumi.ResourceOptions(
                 parent=self,
@@ -104,21 +109,33 @@ class SpotPool(pulumi.ComponentResource):
                 # zone or charge type means a new instance (made before the old one goes).
                 replace_on_changes=["instanceType", "availabilityZone", "instanceChargeType"],
                 import_=adopted,
-                ignore_changes=[*NOT_READ_BACK, *self._kept] if adopted else self._kept or None,
+                # An adopted instance keeps the generation a killed run made it with.
+                ignore_changes=[*NOT_READ_BACK, f'tags["{NONCE_TAG}"]', *self._kept]
+                if adopted
+                else self._kept or None,
             ),
         )
 
-    def _user_data_of(self, slot: int) -> pulumi.Input[str] | None:
-        """The pool's user data, with the notice agent's part and this slot's token when the
-        pool installs the agent (the same for a slot's surge instance: it may be promoted)."""
+    def _nonce_of(self, slot: int, surge: bool) -> str:
+        """The instance's generation: a promoted slot's is its surge instance's (the engine
+        plans it so); none when the pool installs no agent."""
+        if self._config.notice_agent is None or self._notice_key is None:
+            return ""
+        return self._nonces.get(f"{slot}{SURGE_SUFFIX}" if surge else str(slot), "")
+
+    def _user_data_of(self, slot: int, nonce: str) -> pulumi.Input[str] | None:
+        """The pool's user data, with the notice agent's part and this instance's token (its
+        slot's and generation's) when the pool installs the agent (a surge instance carries its
+        slot's number: it may be promoted)."""
         agent = self._config.notice_agent
         if agent is None or self._notice_key is None:
             return self._user_data
         uid = self._config.pool.uid
 
         def render(values: list[Any]) -> str:
-            token = notices.slot_token(values[1], slot)
-            return notices.with_agent(values[0], notices.agent_part(agent, uid, slot, token))
+            token = notices.slot_token(values[1], slot, nonce)
+            part = notices.agent_part(agent, uid, slot, token, nonce)
+            return notices.with_agent(values[0], part)
 
         return pulumi.Output.secret(
             pulumi.Output.all(self._user_data, self._notice_key).apply(render)
@@ -138,6 +155,7 @@ class SpotPool(pulumi.ComponentResource):
             inst.instance_type,
             inst.instance_status,
             inst.instance_charge_type,
+            inst.tags,
         ).apply(
             lambda v: {
                 "slot": slot,
@@ -148,5 +166,6 @@ class SpotPool(pulumi.ComponentResource):
                 "instanceType": v[4],
                 "state": v[5],
                 "chargeType": v[6],
+                "nonce": (v[7] or {}).get(NONCE_TAG),
             }
         )

@@ -52,7 +52,8 @@ def test_surge_then_promote_renames_in_state(world: EngineWorld) -> None:
         assert settings["SPOTPOOL_NOTICE_POOL"] == stack.pool.uid
         assert settings["SPOTPOOL_NOTICE_URL"] == AGENT.url
         key = world.settings.notice_key(stack.pool.uid)
-        assert settings["SPOTPOOL_NOTICE_TOKEN"] == slot_token(key, slot)
+        nonce = settings["SPOTPOOL_NOTICE_NONCE"]  # its generation: the token is bound to it
+        assert settings["SPOTPOOL_NOTICE_TOKEN"] == slot_token(key, slot, nonce)
     shown = world.pulumi(stack, "config") + world.pulumi(stack, "stack", "export")
     assert world.settings.notice_key(stack.pool.uid) not in shown  # a secret: never plain
 

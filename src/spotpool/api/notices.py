@@ -1,20 +1,24 @@
 """Spot termination notices: the rules shared by the agent on an instance, the stack program
 that installs it, and the operator that receives its reports. Pure: no I/O.
 
-Trust: every slot of every pool has its own token, `HMAC(pool key, slot)`, where the pool key is
-`HMAC(operator secret, pool uid)`. The program renders a slot's token into that slot's user data
-(a Pulumi secret), so an instance holds the token of its own slot and nothing else. A report is
-signed with the token (the token itself never travels), carries a timestamp (a stale one is
-refused), and names the pool, the slot and the instance; the operator accepts it only when the
-signature is that slot's and the instance is the one its status lists in that slot. So an
-instance can only ever say "I am being reclaimed" about itself. See docs/notices.md.
+Trust: every instance of every pool has its own token, `HMAC(pool key, slot/nonce)`, where the
+pool key is `HMAC(operator secret, pool uid)` and the nonce is drawn afresh for every create of
+the slot's instance (its generation). The program renders the token into that instance's user
+data (a Pulumi secret), so an instance holds the token of its own slot and generation and
+nothing else: the token of an instance the slot had before is worthless for its successor. A
+report is signed with the token (the token itself never travels), carries a timestamp (a stale
+one is refused), and names the pool, the slot, the nonce and the instance; the operator accepts
+it only when the signature is that slot's, the nonce and the instance are the ones its status
+lists in that slot, and the termination time lies within minutes of the report's receipt. So an
+instance can only ever say "I am being reclaimed soon" about itself. See docs/notices.md.
 """
 
 import hashlib
 import hmac
+import re
 from datetime import UTC, datetime, timedelta
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from spotpool.api.spec import Model
 
@@ -26,6 +30,12 @@ AGENT_ENV_FILE = "/etc/spotpool/notice-agent.env"
 REPORT_PATH = "/v1/notices"
 SIGNATURE_HEADER = "X-Spotpool-Signature"
 MAX_CLOCK_SKEW = 300.0  # seconds a report's timestamp may be off the operator's clock
+# The cloud tells two minutes ahead: a termination time further out than this from the report's
+# receipt, or longer ago than NOTICE_LATE, is no notice the cloud gave (or too late to act on).
+NOTICE_AHEAD = 600.0
+NOTICE_LATE = 60.0
+NONCE_TAG = "spotpool-notice-nonce"  # the instance's generation, on the instance (not secret)
+NONCE_PATTERN = r"^[0-9a-f]{8,64}$"
 BEIJING = timedelta(hours=8)  # the metadata service answers in UTC+8
 _BOUNDARY = "==spotpool-notice-agent-7f3a9c=="  # fixed: the same inputs render the same user data
 
@@ -47,10 +57,43 @@ class NoticeReport(Model):
         pattern=r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$",
         description="As the metadata service says it: UTC+8, YYYY-MM-DD HH:MM:SS.",
     )
+    nonce: str = Field(
+        "",
+        max_length=64,
+        description="The instance's generation, as its user data gives it (empty: an instance "
+        "made before generations, whose token is the slot's alone).",
+    )
+
+    @field_validator("termination_time")
+    @classmethod
+    def _a_real_time(cls, value: str) -> str:
+        datetime.strptime(value, "%Y-%m-%d %H:%M:%S")  # 2026-02-30: a ValueError, so a 400
+        return value
+
+    @field_validator("nonce")
+    @classmethod
+    def _hex(cls, value: str) -> str:
+        if value and not re.fullmatch(NONCE_PATTERN, value):
+            raise ValueError("a nonce is 8 to 64 lowercase hex digits")
+        return value
 
     def termination_utc(self) -> datetime:
         local = datetime.strptime(self.termination_time, "%Y-%m-%d %H:%M:%S")
         return (local - BEIJING).replace(tzinfo=UTC)
+
+
+def time_problem(termination: datetime, received: datetime) -> str | None:
+    """Why a report's termination time is no notice the cloud gave just now (it gives two
+    minutes), or None: at most NOTICE_AHEAD after its receipt, at most NOTICE_LATE before."""
+    ahead = (termination - received).total_seconds()
+    if ahead > NOTICE_AHEAD:
+        return (
+            f"the termination time is {ahead:.0f} s ahead; the cloud gives {NOTICE_AHEAD:.0f} s "
+            "at most"
+        )
+    if ahead < -NOTICE_LATE:
+        return f"the termination time passed {-ahead:.0f} s ago: too late to replace ahead"
+    return None
 
 
 def pool_key(secret: bytes, pool_uid: str) -> str:
@@ -58,9 +101,12 @@ def pool_key(secret: bytes, pool_uid: str) -> str:
     return hmac.new(secret, f"spotpool-notices/v1/pool/{pool_uid}".encode(), "sha256").hexdigest()
 
 
-def slot_token(key: str, slot: int) -> str:
-    """The token of one slot: what that slot's instance holds in its user data."""
-    return hmac.new(key.encode(), f"slot/{slot}".encode(), "sha256").hexdigest()
+def slot_token(key: str, slot: int, nonce: str = "") -> str:
+    """The token of one slot's instance of one generation (`nonce`, drawn for each create):
+    what that instance holds in its user data. Without a nonce, the slot's alone (instances
+    made before generations)."""
+    message = f"slot/{slot}/{nonce}" if nonce else f"slot/{slot}"
+    return hmac.new(key.encode(), message.encode(), "sha256").hexdigest()
 
 
 def sign(token: str, timestamp: int, body: bytes) -> str:
@@ -85,17 +131,16 @@ def signature_problem(token: str, header: str, body: bytes, now: float) -> str |
     return None
 
 
-def agent_part(agent: NoticeAgent, pool_uid: str, slot: int, token: str) -> str:
+def agent_part(agent: NoticeAgent, uid: str, slot: int, token: str, nonce: str = "") -> str:
     """cloud-config that installs the agent as a systemd unit (settings in a root-only file)."""
-    env = "\n".join(
-        f"      {line}"
-        for line in (
-            f"SPOTPOOL_NOTICE_URL={agent.url}",
-            f"SPOTPOOL_NOTICE_POOL={pool_uid}",
-            f"SPOTPOOL_NOTICE_SLOT={slot}",
-            f"SPOTPOOL_NOTICE_TOKEN={token}",
-        )
-    )
+    lines = [
+        f"SPOTPOOL_NOTICE_URL={agent.url}",
+        f"SPOTPOOL_NOTICE_POOL={uid}",
+        f"SPOTPOOL_NOTICE_SLOT={slot}",
+        *([f"SPOTPOOL_NOTICE_NONCE={nonce}"] if nonce else []),
+        f"SPOTPOOL_NOTICE_TOKEN={token}",
+    ]
+    env = "\n".join(f"      {line}" for line in lines)
     return f"""#cloud-config
 write_files:
   - path: {AGENT_ENV_FILE}

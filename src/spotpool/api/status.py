@@ -41,6 +41,11 @@ class Instance(Model):
         description="SPOTPAID, or POSTPAID_BY_HOUR (in a spot pool: an on-demand fallback, "
         "moved back to spot when stock returns).",
     )
+    nonce: str | None = Field(
+        None,
+        description="The instance's generation, drawn at its create: its termination-notice "
+        "token is bound to it (not a secret).",
+    )
 
 
 class Condition(Model):
@@ -83,9 +88,23 @@ class Reclaims(Model):
     last_time: datetime | None = Field(None, description="When the last reclaim was found.")
 
 
+class AcceptedNotice(Model):
+    """A termination notice taken in whose replacement has not started yet."""
+
+    slot: int = Field(description="The slot whose instance the cloud will take.")
+    instance_id: str = Field(description="That instance (ins-...).")
+    termination_time: datetime = Field(description="When the cloud said it takes it.")
+    received_time: datetime = Field(description="When the operator received the notice.")
+
+
 class Notices(Model):
     total: int = Field(0, description="Spot termination notices acted on (replaced ahead).")
     last_time: datetime | None = Field(None, description="When the last notice came in.")
+    accepted: list[AcceptedNotice] = Field(
+        default_factory=list,
+        description="Notices taken in whose replacement has not started yet: the replica that "
+        "serves the pool next starts them (a shard move loses none).",
+    )
 
 
 class Surge(Model):
@@ -96,6 +115,13 @@ class Surge(Model):
     replacing: str | None = Field(None, description="The slot's instance the cloud will take.")
     termination_time: datetime | None = Field(
         None, description="When the cloud said it takes that instance."
+    )
+    received_time: datetime | None = Field(
+        None, description="When its notice was received: the notice grace counts from here."
+    )
+    start_time: datetime | None = Field(
+        None,
+        description="When the operator started it, or first saw it: its life is capped from here.",
     )
     state: str | None = Field(None, description="The replacement's state as the cloud says.")
 

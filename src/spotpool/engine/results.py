@@ -27,6 +27,7 @@ class SlotOutput(BaseModel):
     instance_type: str | None = Field(None, alias="instanceType")
     state: str | None = None
     charge_type: str | None = Field(None, alias="chargeType")
+    nonce: str | None = None  # the instance's generation (its notice token is bound to it)
 
     model_config = {"populate_by_name": True}
 

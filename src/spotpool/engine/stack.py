@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from pulumi import automation as auto
 
-from spotpool.api.notices import SURGE_SUFFIX
+from spotpool.api.notices import NONCE_TAG, SURGE_SUFFIX
 from spotpool.api.stackconfig import (
     PROJECT,
     USER_DATA_FINGERPRINT,
@@ -38,6 +38,7 @@ from spotpool.engine.errors import (
 )
 from spotpool.engine.events import EventPrinter
 from spotpool.engine.lean_stack import LeanStack
+from spotpool.engine.notice_nonces import held_nonces, plan_nonces
 from spotpool.engine.orphans import waited_for
 from spotpool.engine.processes import FencedCommand, kill_runs
 from spotpool.engine.program import load_program
@@ -141,10 +142,12 @@ class PoolStack:
         login_password: str | None = None,
         refresh: bool = False,
         replan: Replan | None = None,
+        fresh: Iterable[int] = (),
     ) -> OperationResult:
         """Converge to `config`. When the cloud has no stock for a slot, `replan` places it
         elsewhere (by default: the next of `instanceTypes`) and the up runs again. `refresh`:
-        look at the cloud first, in the same run (instances gone while nobody watched)."""
+        look at the cloud first, in the same run (instances gone while nobody watched).
+        `fresh`: slots whose instance is gone (their next one is a new generation)."""
         with self._operation(OperationKind.UP) as (stack, result, state):
             surging, slot_urns = _ids_by_surge(state), _slot_urns(state)
             launched = launch_intents.read_intent(self)  # the fast path's, to adopt (fast_launch)
@@ -167,8 +170,11 @@ class PoolStack:
             )  # fmt: skip
             config = config.adopting(orphans.adoptable)
             result.recovered += orphans.notes()
+            nonces = plan_nonces(held_nonces(state), config.count, surge, promote, fresh)
             while True:
-                self._set_config(stack, config, login_password, surge=surge, promote=promote)
+                self._set_config(
+                    stack, config, login_password, surge=surge, promote=promote, nonces=nonces
+                )
                 try:
                     reply = stack.up(
                         on_event=self._printer(), color="never", suppress_outputs=True,
@@ -205,7 +211,7 @@ class PoolStack:
             or not known.config
             or self.name in launch_intents.PENDING  # the fast path's instances: a full up adopts
         ):
-            return self.up(config, login_password, refresh=True, replan=replan)  # gone ones leave
+            return self.up(config, login_password, refresh=True, replan=replan, fresh=slots)
         promote = sorted(s for s in slots if s in known.surges and s < config.count)
         with self._operation(OperationKind.UP, light=not promote) as (stack, result, state):
             if promote:  # the slot's instance is going: its surge instance takes the slot
@@ -213,12 +219,20 @@ class PoolStack:
                 self._forget_resources(stack, [known.urns[s] for s in promote])
             surge = sorted(s for s in known.surges if s not in promote and s < config.count)
             refresh = len(promote) < len(slots)  # only the gone ones: the rest left already
+            # What this process last set (the run it set them for succeeded, or it would have
+            # forgotten): untargeted instances keep theirs; the gone slots' next are new.
+            held = {**_last_nonces(known.config), **held_nonces(state)}
+            nonces = plan_nonces(
+                held, config.count, surge, promote, fresh=[s for s in slots if s not in promote]
+            )
             if promote and refresh:  # a refresh cannot target a promoted slot's new name
                 gone = [known.urns[s] for s in slots if s not in promote]
                 stack.refresh(target=gone, color="never", show_secrets=False)
                 refresh = False
             while True:
-                self._set_config(stack, config, login_password, surge=surge, promote=promote)
+                self._set_config(
+                    stack, config, login_password, surge=surge, promote=promote, nonces=nonces
+                )
                 try:
                     reply = stack.up(
                         target=urns,
@@ -243,15 +257,25 @@ class PoolStack:
         """Start the replacement of `slots` ahead of their reclaim (a termination notice came):
         one targeted `up` that creates a surge instance beside each slot's instance, which
         keeps running until the cloud takes it; `replace_slots` then promotes the surge
-        instance into the slot."""
+        instance into the slot. With no slot it can surge (none of `slots` has an instance in
+        the state), no run at all: an untargeted up here would converge the whole pool.
+        The config is carried over and pinned like any up's, so the config the stack records
+        keeps every slot's placement, fallback and adoption."""
+        known = _known.get(self._key())
+        if known is not None and known.repaired and not set(slots) & set(known.urns):
+            return OperationResult(kind=OperationKind.UP, stack=self.name, seconds=0.0)
         with self._operation(OperationKind.UP) as (stack, result, state):
             known = self._known()
             slots = sorted(s for s in slots if s in known.urns and s < config.count)
+            if not slots:
+                return result
+            config = _carried_over(config, state, _ids_by_slot(state))
             config = _pinned(config, _previous_config(state), slots)
             surge = sorted({*slots, *(s for s in known.surges if s < config.count)})
-            self._set_config(stack, config, login_password, surge=surge, promote=[])
+            nonces = plan_nonces(held_nonces(state), config.count, surge)
+            self._set_config(stack, config, login_password, surge=surge, promote=[], nonces=nonces)
             reply = stack.up(
-                target=[known.urns[s] + SURGE_SUFFIX for s in slots] or None,
+                target=[known.urns[s] + SURGE_SUFFIX for s in slots],
                 on_event=self._printer(),
                 color="never",
                 suppress_outputs=True,
@@ -272,7 +296,8 @@ class PoolStack:
             retiring = sorted(s for s in slots if s in known.surges and s in known.urns)
             keep = sorted(s for s in known.surges if s not in retiring and s < config.count)
             config = _pinned(config, _previous_config(state), sorted(known.surges))
-            self._set_config(stack, config, login_password, surge=keep, promote=[])
+            nonces = plan_nonces(held_nonces(state), config.count, keep)
+            self._set_config(stack, config, login_password, surge=keep, promote=[], nonces=nonces)
             if retiring:
                 reply = stack.up(
                     target=[known.urns[s] + SURGE_SUFFIX for s in retiring],
@@ -333,7 +358,8 @@ class PoolStack:
                     stack = self._select(work_dir=work_dir, create=False)
                 except auto.StackNotFoundError:
                     stack = self._select(work_dir=work_dir, backend=f"file://{tmp}")
-                self._set_config(stack, config, login_password, tag=False)
+                nonces = plan_nonces(held_nonces(_export(stack)), config.count)
+                self._set_config(stack, config, login_password, tag=False, nonces=nonces)
                 if keep_secret_inputs:
                     kept = auto.ConfigValue(json.dumps(sorted(keep_secret_inputs)))
                     stack.set_config(f"{PROJECT}:keepSecretInputs", kept)
@@ -566,6 +592,7 @@ class PoolStack:
         tag: bool = True,
         surge: list[int] | None = None,
         promote: list[int] | None = None,
+        nonces: Mapping[str, str] | None = None,
     ) -> None:
         """Set the stack's config and tags, skipping the CLI runs when this process already set
         exactly these values. `surge`: slots with a surge instance; `promote`: slots whose
@@ -575,6 +602,8 @@ class PoolStack:
             f"{PROJECT}:installId": self.settings.install_id,
             f"{PROJECT}:surge": json.dumps(sorted(surge or [])),
             f"{PROJECT}:promote": json.dumps(sorted(promote or [])),
+            # Each instance's generation (notice_nonces.py): not secret, the token is.
+            f"{PROJECT}:noticeNonces": json.dumps(dict(sorted((nonces or {}).items()))),
         }
         values = {key: auto.ConfigValue(value) for key, value in plain.items()}
         if config.notice_agent is not None:
@@ -664,8 +693,15 @@ def slots_in(state: Mapping[str, Any]) -> dict[int, SlotOutput]:
             zone=out.get("availabilityZone"),
             instance_type=out.get("instanceType"),
             state=out.get("instanceStatus"),
+            nonce=((out.get("tags") or {}).get(NONCE_TAG) or None),
         )
     return slots
+
+
+def _last_nonces(config: Mapping[str, str] | None) -> dict[str, str]:
+    """The instances' generations this process last set in the stack's config."""
+    raw = (config or {}).get(f"{PROJECT}:noticeNonces") or "{}"
+    return {str(k): str(v) for k, v in json.loads(raw).items()}
 
 
 def _ids_by_slot(state: Mapping[str, Any]) -> dict[int, str]:

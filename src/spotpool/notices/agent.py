@@ -23,6 +23,8 @@ METADATA_URL = "http://metadata.tencentyun.com/latest/meta-data/"
 REPORT_PATH = "/v1/notices"
 SIGNATURE_HEADER = "X-Spotpool-Signature"
 RETRY_SECONDS = 2.0
+# 404: maybe a replica that does not serve the pool yet; 408, 429: busy (rate-limited) now.
+RETRIED = (404, 408, 429)
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class AgentSettings:
     token: str
     pool_uid: str
     slot: int
+    nonce: str = ""  # this instance's generation (its token is bound to it)
     metadata_url: str = METADATA_URL
     instance_id: str | None = None  # None: ask the metadata service
     interval: float = 5.0
@@ -54,6 +57,7 @@ class AgentSettings:
             token=env["SPOTPOOL_NOTICE_TOKEN"],
             pool_uid=env["SPOTPOOL_NOTICE_POOL"],
             slot=int(env["SPOTPOOL_NOTICE_SLOT"]),
+            nonce=env.get("SPOTPOOL_NOTICE_NONCE") or "",
             metadata_url=env.get("SPOTPOOL_METADATA_URL") or METADATA_URL,
             instance_id=env.get("SPOTPOOL_INSTANCE_ID") or None,
             interval=float(env.get("SPOTPOOL_NOTICE_INTERVAL") or 5.0),
@@ -87,14 +91,15 @@ def termination_time(settings: AgentSettings) -> str | None:
 
 def report(settings: AgentSettings, instance_id: str, when: str) -> tuple[int, str]:
     """Send the notice once; the operator's HTTP status and message."""
-    body = json.dumps(
-        {
-            "poolUid": settings.pool_uid,
-            "slot": settings.slot,
-            "instanceId": instance_id,
-            "terminationTime": when,
-        }
-    ).encode()
+    fields: dict[str, object] = {
+        "poolUid": settings.pool_uid,
+        "slot": settings.slot,
+        "instanceId": instance_id,
+        "terminationTime": when,
+    }
+    if settings.nonce:
+        fields["nonce"] = settings.nonce
+    body = json.dumps(fields).encode()
     request = urllib.request.Request(
         settings.report_url.rstrip("/") + REPORT_PATH,
         data=body,
@@ -117,7 +122,7 @@ def report(settings: AgentSettings, instance_id: str, when: str) -> tuple[int, s
 
 def run(settings: AgentSettings, sleep: float | None = None) -> int:
     """Poll until a notice comes, report it, exit 0; exit 2 when the operator refuses it for
-    good (a wrong token or slot: retrying cannot help)."""
+    good (a wrong token, slot or time: retrying cannot help)."""
     instance_id = settings.instance_id
     while instance_id is None:
         try:
@@ -146,7 +151,7 @@ def run(settings: AgentSettings, sleep: float | None = None) -> int:
         if 200 <= code < 300:
             log.info("reported: %s", message)
             return 0
-        if code in (400, 401, 403, 409):  # 404: maybe a replica not serving it yet
+        if 400 <= code < 500 and code not in RETRIED:
             log.error("the operator refused the report: %d %s", code, message)
             return 2
         if time.monotonic() > deadline:

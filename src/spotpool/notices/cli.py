@@ -14,6 +14,12 @@ def notice_agent(
     ),
     pool_uid: str = typer.Option(..., "--pool", envvar="SPOTPOOL_NOTICE_POOL", help="Pool uid."),
     slot: int = typer.Option(..., "--slot", min=0, envvar="SPOTPOOL_NOTICE_SLOT"),
+    nonce: str = typer.Option(
+        "",
+        "--nonce",
+        envvar="SPOTPOOL_NOTICE_NONCE",
+        help="This instance's generation, as its user data gives it (its token is bound to it).",
+    ),
     token_file: Path | None = typer.Option(
         None,
         "--token-file",
@@ -55,6 +61,7 @@ def notice_agent(
         "SPOTPOOL_NOTICE_TOKEN": token,
         "SPOTPOOL_NOTICE_POOL": pool_uid,
         "SPOTPOOL_NOTICE_SLOT": str(slot),
+        "SPOTPOOL_NOTICE_NONCE": nonce,
         "SPOTPOOL_METADATA_URL": metadata_url,
         "SPOTPOOL_INSTANCE_ID": instance_id or "",
         "SPOTPOOL_NOTICE_INTERVAL": str(interval),
