@@ -258,3 +258,21 @@ def test_a_storm_within_the_clouds_request_limits_launches_every_slot_once(
     assert len(after) == len(calls)  # imported, not created (only the stack and component are)
     refused = world.emulator.admin_ok("GET", "/_emulator/rate-limits")["Refused"]
     assert refused == len(codes) - 12  # the up's own calls, paced, were never refused
+
+
+def test_destroy_terminates_a_fast_path_instance_not_adopted_yet(world: EngineWorld) -> None:
+    stack = _pool(world)
+    config = _config(world, stack, 2)
+    first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
+    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[1]]})
+    wait_until(lambda: first[1] not in _pool_instances(world, stack), "the reclaim", timeout=30)
+    (fast_id,) = fast_launch.launch_replacements(stack, config, [1], PASSWORD).instances.values()
+
+    stack.refresh()  # the reclaimed instance leaves the state (a destroy would not find it)
+    stack.destroy()  # young, yet named by the intent: not another writer's create
+
+    wait_until(lambda: not _pool_instances(world, stack), "every instance gone", timeout=30)
+    gone = {i["InstanceId"]: i.get("GoneReason") for i in world.emulator.all_instances()}
+    assert gone[fast_id] == "terminated"
+    files = open_backend(world.settings.backend_url)
+    assert files is not None and not files.keys(launch_intents.intent_key(stack.name))

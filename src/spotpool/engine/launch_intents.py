@@ -145,6 +145,14 @@ def write_intent(pool: "PoolStack", intent: LaunchIntent) -> None:
     files.write(intent_key(pool.name), json.dumps(body, sort_keys=True).encode())
 
 
+def forget(pool: "PoolStack") -> None:
+    """Drop the stack's intent (the stack is destroyed or forgotten)."""
+    files = open_backend(pool.settings.backend_url)
+    if files is not None:
+        files.delete(intent_key(pool.name))
+    PENDING.discard(pool.name)
+
+
 def settle(pool: "PoolStack", intent: LaunchIntent, held: Mapping[int, str]) -> None:
     """After an `up` that succeeded holding `held`: drop what it adopted or made moot."""
     if not intent.slots:

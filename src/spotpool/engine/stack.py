@@ -388,14 +388,17 @@ class PoolStack:
             reply = stack.destroy(on_event=self._printer(), color="never")
             result.changes = changes_from_summary(reply.summary.resource_changes)
             # The state is empty now: any instance still tagged for the pool would leak.
+            launched = launch_intents.read_intent(self)  # the fast path's go too, young or not
             orphans = recovery.sweep_orphans(
-                self, None, {}, cap=held, dead_run_slots=self._dead_run_slots
-            )
+                self, None, {}, cap=held + len(launched.slots),
+                dead_run_slots=self._dead_run_slots | frozenset(launched.slots),
+            )  # fmt: skip
             result.recovered += orphans.notes()
             if remove_stack and (left := waited_for(orphans.left)):
                 # Young ones may be a create in flight: keep the stack (it names the pool for
                 # the next sweep) and let the caller come back once they are old enough.
                 raise InstancesRemain(self.name, {d.instance_id: d.reason for d in left})
+            launch_intents.forget(self)
             if remove_stack:
                 stack.workspace.remove_stack(self.name)
                 self._forget_known()
@@ -410,6 +413,7 @@ class PoolStack:
         """Drop the stack but leave its instances running (deletionPolicy Retain)."""
         with _stack_lock(self.name):
             self._select().workspace.remove_stack(self.name, force=True)
+            launch_intents.forget(self)  # the fast path's instances stay, as the others
             self._forget_known()
 
     def outputs(self) -> list[SlotOutput]:
