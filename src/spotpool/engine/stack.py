@@ -171,6 +171,7 @@ class PoolStack:
             config = config.adopting(orphans.adoptable)
             result.recovered += orphans.notes()
             nonces = plan_nonces(held_nonces(state), config.count, surge, promote, fresh)
+            nonces.update(launched.nonces(orphans.adoptable))
             while True:
                 self._set_config(
                     stack, config, login_password, surge=surge, promote=promote, nonces=nonces
