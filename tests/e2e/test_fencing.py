@@ -45,7 +45,7 @@ class Running:
         def serve() -> None:
             async def main() -> None:
                 self.loop = asyncio.get_running_loop()
-                self.task = asyncio.current_task()  # type: ignore[assignment]
+                self.task = asyncio.current_task()
                 started.set()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self.replica.run()
