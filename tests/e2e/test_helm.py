@@ -19,6 +19,7 @@ from spotpool_deploy.objects import identity
 
 from spotpool.localworld.kube import Kube
 from tests.conftest import require_tool
+from tests.deploy.test_helm import _parent_chart
 from tests.e2e import installs
 from tests.e2e.conftest import local_cluster
 from tests.e2e.test_deploy import (
@@ -231,3 +232,27 @@ def test_the_operator_runs_on_nothing_but_the_charts_service_account(
         cluster.run("-n", "team-a", "patch", POOLS, "gpu", "--type=merge",
                     "-p", '{"metadata":{"finalizers":null}}')  # fmt: skip
         helm(cluster, "uninstall", RELEASE, *release, "--wait", "--timeout", "2m")
+
+
+def test_a_parent_chart_installs_it_as_a_subchart_with_global_values(
+    cluster: Kube, tmp_path: Path
+) -> None:
+    """A platform team's umbrella chart with the chart under charts/ and `global` values: it
+    installs, the objects carry the globals, and uninstalling removes them."""
+    parent = _parent_chart(tmp_path)
+    _restricted_namespace(cluster, "platform")
+    namespaces(cluster, "team-a")
+    release = ["--namespace", "platform"]
+    helm(cluster, "install", "platform", str(parent), *release)
+    installed = _docs(helm(cluster, "get", "manifest", "platform", *release))
+    installs.assert_installed(cluster, installed)
+    (deployment,) = [o for o in installed if o["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "reg.example/spotpool-operator:0.1.0"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert [(o["metadata"]["namespace"]) for o in installed if o["kind"] == "Role"] == [
+        "platform", "team-a",
+    ]  # fmt: skip
+    helm(cluster, "uninstall", "platform", *release, "--wait", "--timeout", "2m")
+    installs.wait_gone(cluster, installed)
+    assert cluster.run("get", "crd", CRD).returncode == 0
