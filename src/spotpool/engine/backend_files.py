@@ -8,6 +8,7 @@ as for Pulumi. Tencent COS speaks the same API (endpoint `https://cos.<region>.m
 """
 
 import gzip
+import io
 import ipaddress
 import json
 import os
@@ -28,6 +29,8 @@ class BackendFiles(Protocol):
 
     def read(self, key: str) -> bytes: ...
 
+    def write(self, key: str, data: bytes) -> None: ...
+
     def delete(self, key: str) -> None: ...
 
 
@@ -43,6 +46,15 @@ class FileBackend:
 
     def read(self, key: str) -> bytes:
         return (self.root / key).read_bytes()
+
+    def write(self, key: str, data: bytes) -> None:
+        """Whole or not at all, as fileblob writes: a temporary file renamed over the key."""
+        path = self.root / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        partial.write_bytes(data)
+        (self.root / f"{key}.attrs").unlink(missing_ok=True)  # a stale one's checksum
+        partial.replace(path)
 
     def delete(self, key: str) -> None:
         (self.root / key).unlink(missing_ok=True)
@@ -68,6 +80,9 @@ class S3Backend:
         finally:
             reply.close()
             reply.release_conn()
+
+    def write(self, key: str, data: bytes) -> None:
+        self.client.put_object(self.bucket, self._key(key), io.BytesIO(data), len(data))
 
     def delete(self, key: str) -> None:
         self.client.remove_object(self.bucket, self._key(key))

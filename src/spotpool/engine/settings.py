@@ -55,6 +55,11 @@ class EngineSettings(BaseModel):
         description="Key the termination-notice tokens derive from (HMAC per pool, per slot); "
         "None: derived from the passphrase.",
     )
+    rate_limit_runs: bool = Field(
+        True,
+        description="Send the provider's API calls inside Pulumi runs through a local proxy "
+        "that takes tokens from the same per-action buckets as the operator's own calls.",
+    )
     history_keep: int = Field(
         10, ge=0, description="Updates kept in each stack's history (0: keep all)."
     )

@@ -28,7 +28,7 @@ from spotpool.api.stackconfig import (
     PoolIdentity,
     StackConfig,
 )
-from spotpool.engine import cloud_errors, launch_intents, recovery
+from spotpool.engine import api_proxy, cloud_errors, launch_intents, recovery
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.errors import (
     EngineError,
@@ -585,6 +585,8 @@ class PoolStack:
             env["TENCENTCLOUD_PROTOCOL"] = "HTTP"
             env["HTTP_PROXY"] = self.settings.cloud_endpoint
             env["http_proxy"] = self.settings.cloud_endpoint
+        if self.settings.rate_limit_runs:  # the provider's calls take the operator's tokens
+            env.update(api_proxy.proxy_for(self.settings.cloud_endpoint).env())
         if home := os.environ.get("PULUMI_HOME"):
             env["PULUMI_HOME"] = home
         return env
@@ -633,10 +635,11 @@ class PoolStack:
             "spotpool:name": self.pool.name,
             "spotpool:uid": self.pool.uid,
         }
-        current = {} if known.stack.created else stack.list_tags()
-        for key, value in wanted.items():
-            if current.get(key) != value:
-                stack.set_tag(key, value)
+        if not known.stack.ensure_tags(wanted):  # not a self-managed backend: the CLI
+            current = {} if known.stack.created else stack.list_tags()
+            for key, value in wanted.items():
+                if current.get(key) != value:
+                    stack.set_tag(key, value)
         known.tagged = True
 
     def _printer(self) -> EventPrinter | None:
@@ -679,6 +682,10 @@ def _fingerprint(secret: str) -> str:
 
 
 def _export(stack: auto.Stack) -> Mapping[str, Any]:
+    """The state as the engine reads it (nothing secret): a LeanStack reads a self-managed
+    backend's checkpoint file without a CLI run."""
+    if isinstance(stack, LeanStack):
+        return stack.read_state()
     return stack.export_stack().deployment or {}
 
 

@@ -1,0 +1,236 @@
+"""A rate-limiting forward proxy on 127.0.0.1 for the tencentcloud provider inside Pulumi runs.
+
+Every RunInstances and refresh Describe of a run comes from the provider, not from the
+operator's SDK calls: the runs are told to speak plain HTTP through this proxy
+(`TENCENTCLOUD_PROTOCOL=HTTP`, `HTTP_PROXY`), which takes a token from the same
+(SecretId, region, action) bucket as the operator's own calls (ratelimit.BUCKETS) before it
+forwards each request, so one account's rate holds whatever runs at once.
+
+The request is forwarded untouched: TC3-HMAC-SHA256 signs the Host header, the content type
+and the body, and the proxy keeps all three (the Host names the API, not the proxy). It reads
+only the action (X-TC-Action), the region (X-TC-Region) and the SecretId (Authorization's
+Credential=, a public key id); it never logs a request. Upstream is the emulator (which is
+itself the runs' proxy in the local world) or, against the real cloud, https://<Host>: the
+plain-HTTP leg never leaves the machine.
+"""
+
+import http.client
+import os
+import re
+import select
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Mapping
+from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+from spotpool.engine.ratelimit import BUCKETS, Buckets
+
+API_DOMAIN = "tencentcloudapi.com"
+_CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+UPSTREAM_TIMEOUT = 120.0
+
+
+def bucket_key(headers: Mapping[str, str] | Message) -> tuple[str, str, str] | None:
+    """(SecretId, region, action) of an API 3.0 call, as the operator's buckets are keyed;
+    None for anything else (no token taken)."""
+    action = headers.get("X-TC-Action")
+    if not action:
+        return None
+    found = _CREDENTIAL.search(headers.get("Authorization") or "")
+    return (found.group(1) if found else "", headers.get("X-TC-Region") or "", action)
+
+
+class _Upstreams:
+    """One handler thread's connections, reused across its client's keep-alive requests."""
+
+    def __init__(self, endpoint: str | None) -> None:
+        self.endpoint = endpoint
+        self._open: dict[tuple[str, str], http.client.HTTPConnection] = {}
+
+    def target(self, path: str, host: str) -> tuple[str, str, str]:
+        """(scheme, host, request target) to send the request to."""
+        if self.endpoint:  # the emulator is a proxy too: it gets the absolute URI as we did
+            upstream = urlsplit(self.endpoint)
+            return upstream.scheme or "http", upstream.netloc, path
+        parts = urlsplit(path)
+        host = parts.netloc or host
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        # The API over TLS, always; anything else (not ours to upgrade) as it came.
+        scheme = "https" if host.split(":")[0].endswith(API_DOMAIN) else "http"
+        return scheme, host, target
+
+    def connection(self, scheme: str, host: str) -> http.client.HTTPConnection:
+        found = self._open.get((scheme, host))
+        if found is None:
+            if scheme == "https":
+                found = http.client.HTTPSConnection(
+                    host, timeout=UPSTREAM_TIMEOUT, context=ssl.create_default_context()
+                )
+            else:
+                found = http.client.HTTPConnection(host, timeout=UPSTREAM_TIMEOUT)
+            self._open[(scheme, host)] = found
+        return found
+
+    def drop(self, scheme: str, host: str) -> None:
+        found = self._open.pop((scheme, host), None)
+        if found is not None:
+            found.close()
+
+    def close(self) -> None:
+        for connection in self._open.values():
+            connection.close()
+        self._open.clear()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the provider's Go client expects
+    server: "_Server"
+
+    def setup(self) -> None:
+        super().setup()
+        self.upstreams = _Upstreams(self.server.endpoint)
+
+    def finish(self) -> None:
+        super().finish()
+        self.upstreams.close()
+
+    def do_POST(self) -> None:
+        body = self._body()
+        key = bucket_key(self.headers)
+        if key is not None:  # wait its turn, across every run and the operator's own calls
+            wait = self.server.buckets.bucket(*key).reserve()
+            if wait > 0:
+                time.sleep(wait)
+                if self._client_gone():
+                    return  # its run was killed meanwhile: a dead run's call must not land
+        scheme, host, target = self.upstreams.target(self.path, self.headers.get("Host") or "")
+        headers = [
+            (k, v)
+            for k, v in self.headers.items()
+            if k.lower() not in _HOP_BY_HOP and k.lower() != "content-length"
+        ]
+        for attempt in (1, 2):  # a kept-alive upstream connection may have been closed
+            connection = self.upstreams.connection(scheme, host)
+            try:
+                connection.putrequest(
+                    self.command, target, skip_host=True, skip_accept_encoding=True
+                )
+                for name, value in headers:
+                    connection.putheader(name, value)
+                connection.putheader("Content-Length", str(len(body)))
+                connection.endheaders(body)
+                reply = connection.getresponse()
+                data = reply.read()
+                break
+            except (OSError, http.client.HTTPException) as error:
+                self.upstreams.drop(scheme, host)
+                if attempt == 2:
+                    self.send_error(502, f"upstream {host}: {type(error).__name__}")
+                    return
+        self.send_response(reply.status, reply.reason)
+        for name, value in reply.getheaders():
+            if name.lower() not in _HOP_BY_HOP and name.lower() != "content-length":
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_PUT = do_DELETE = do_HEAD = do_POST
+
+    def _client_gone(self) -> bool:
+        """The run's connection closed while its call waited (the run was killed)."""
+        readable, _, _ = select.select([self.connection], [], [], 0)
+        if not readable:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def _body(self) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks = []
+            while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            while self.rfile.readline().strip():  # trailers, up to the blank line
+                pass
+            return b"".join(chunks)
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet: the emulator and the operator's metrics say what was called."""
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, endpoint: str | None, buckets: Buckets) -> None:
+        self.endpoint = endpoint
+        self.buckets = buckets
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+
+class ApiProxy:
+    """The proxy, serving on a thread of its own until the process ends (or `close`)."""
+
+    def __init__(self, endpoint: str | None, buckets: Buckets = BUCKETS) -> None:
+        self._server = _Server(endpoint, buckets)
+        host, port = self._server.server_address[:2]
+        self.url = f"http://{host!s}:{port}"
+        thread = threading.Thread(
+            target=self._server.serve_forever, name="spotpool-api-proxy", daemon=True
+        )
+        thread.start()
+
+    def env(self) -> dict[str, str]:
+        """What a Pulumi run needs to send the provider's calls through the proxy."""
+        return {
+            "TENCENTCLOUD_PROTOCOL": "HTTP",
+            "HTTP_PROXY": self.url,
+            "http_proxy": self.url,
+            # A NO_PROXY naming the API would send plain HTTP straight to the cloud.
+            "NO_PROXY": _without_api(os.environ.get("NO_PROXY", "")),
+            "no_proxy": _without_api(os.environ.get("no_proxy", "")),
+        }
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _without_api(no_proxy: str) -> str:
+    return ",".join(
+        entry for entry in no_proxy.split(",") if entry.strip() and API_DOMAIN not in entry
+    )
+
+
+_proxies: dict[str | None, ApiProxy] = {}
+_proxies_guard = threading.Lock()
+
+
+def proxy_for(endpoint: str | None) -> ApiProxy:
+    """This process's proxy to `endpoint` (None: the real cloud), started on first use."""
+    with _proxies_guard:
+        found = _proxies.get(endpoint)
+        if found is None:
+            found = _proxies[endpoint] = ApiProxy(endpoint)
+        return found
