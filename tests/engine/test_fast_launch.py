@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from spotpool.api.notices import NONCE_TAG, NoticeAgent, slot_token
+from spotpool.api.spec import ChargeType
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.engine import fast_launch, launch_intents
 from spotpool.engine.backend_files import open_backend
@@ -73,12 +74,11 @@ def _normalized(params: dict[str, Any]) -> dict[str, Any]:
     `SPOTPOOL_NOTICE_NONCE` and `SPOTPOOL_NOTICE_TOKEN` lines (a fresh nonce per create)."""
     body = {k: v for k, v in params.items() if k != "ClientToken"}
     tags = _tags(params)
-    assert tags.pop(NONCE_TAG)  # both carry one
+    tags.pop(NONCE_TAG, None)
     body["TagSpecification"] = [{"ResourceType": "instance", "Tags": sorted(tags.items())}]
-    text = base64.b64decode(params["UserData"]).decode()
-    text, masked = re.subn(r"(SPOTPOOL_NOTICE_(?:NONCE|TOKEN))=\S+", r"\1=*", text)
-    assert masked == 2
-    body["UserData"] = text
+    if "UserData" in params:
+        text = base64.b64decode(params["UserData"]).decode()
+        body["UserData"] = re.sub(r"(SPOTPOOL_NOTICE_(?:NONCE|TOKEN))=\S+", r"\1=*", text)
     return body
 
 
@@ -140,6 +140,7 @@ def test_fast_path_sends_the_providers_request_and_up_adopts_it_with_no_change(
     assert fast_id not in first.values() and fast_id in _pool_instances(world, stack)
     *_, ours = _run_requests(world)
     # (a) the very request the provider sends for slot 1, but for the generation
+    assert NONCE_TAG in _tags(ours) and NONCE_TAG in _tags(by_provider[1])
     assert _normalized(ours) == _normalized(by_provider[1])
     assert ours["ClientToken"] and "ClientToken" not in by_provider[1]
     nonce = _tags(ours)[NONCE_TAG]
@@ -276,3 +277,40 @@ def test_destroy_terminates_a_fast_path_instance_not_adopted_yet(world: EngineWo
     assert gone[fast_id] == "terminated"
     files = open_backend(world.settings.backend_url)
     assert files is not None and not files.keys(launch_intents.intent_key(stack.name))
+
+
+def test_keys_vpc_on_demand_no_agent_and_a_slot_still_held(world: EngineWorld) -> None:
+    """The other inputs' shapes: SSH key ids instead of a password, a VPC and subnet of its
+    own, no public bandwidth and no public IP, no user data and no agent (so no nonce), and a
+    spot pool's slot fallen back to on-demand (no market options). The fast path launched
+    while the slot's instance still runs (a notice, say) is left alone by the up — neither
+    adopted nor terminated: the slot keeps one instance."""
+    stack = _pool(world, "plain")
+    config = world.config(
+        stack,
+        2,
+        vpcId="vpc-abc12345",
+        subnetId="subnet-abc12345",
+        loginSettings={"keyIds": ["skey-abc123"]},
+        internetAccessible={"maxBandwidthOut": 0, "publicIpAssigned": False},
+    )
+    on_demand = (config.zone_of(1), config.type_of(1), ChargeType.POSTPAID_BY_HOUR)
+    config = config.placing({1: on_demand})
+    first = {i.slot: i.instance_id for i in stack.up(config).instances}
+    by_provider = {_slot_of(p): p for p in _run_requests(world)}
+
+    launched = fast_launch.launch_replacements(stack, config, [0, 1])
+
+    ours = {_slot_of(p): p for p in _run_requests(world) if "ClientToken" in p}
+    for slot in (0, 1):
+        assert _normalized(ours[slot]) == _normalized(by_provider[slot])
+    assert "InstanceMarketOptions" not in ours[1] and "InstanceMarketOptions" in ours[0]
+    vpc = {"VpcId": "vpc-abc12345", "SubnetId": "subnet-abc12345"}
+    assert ours[0]["VirtualPrivateCloud"] == vpc
+    assert "UserData" not in ours[0] and NONCE_TAG not in _tags(ours[0])
+    assert ours[0]["LoginSettings"] == {"KeyIds": ["skey-abc123"], "KeepImageLogin": "FALSE"}
+
+    again = stack.up(config, refresh=True)
+    assert {i.slot: i.instance_id for i in again.instances} == first
+    assert set(launched.instances.values()) <= set(_pool_instances(world, stack))  # kept
+    assert launch_intents.read_intent(stack).slots.keys() == {0, 1}  # until they are old

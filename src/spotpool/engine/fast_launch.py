@@ -151,7 +151,12 @@ def launch_replacements(
     already (launched before, not adopted yet) is launched again with the same ClientToken:
     the cloud answers with the same instance. Takes the stack's in-process lock and the
     shared (SecretId, region, RunInstances) token bucket; refuses when this writer does not
-    hold the pool's Lease or another owner holds the stack's Pulumi lock."""
+    hold the pool's Lease or another owner holds the stack's Pulumi lock.
+
+    Then run `pool.up(config, ..., refresh=True)` (any `up` adopts; `replace_slots` defers
+    to one): it drops the reclaimed instances, adopts the launched ones into their slots and
+    settles the intent. A slot with a surge instance needs none of this: its surge instance
+    takes the slot (`replace_slots`); an intent for such a slot is dropped by the up."""
     from spotpool.engine.stack import _stack_lock
 
     wanted = sorted({s for s in slots if 0 <= s < config.count})

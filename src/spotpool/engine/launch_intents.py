@@ -46,8 +46,17 @@ class LaunchIntent(BaseModel):
 
     pool_uid: str
     slots: dict[int, SlotLaunch] = Field(default_factory=dict)
+    stored: bool = Field(False, exclude=True, description="Read from the backend.")
 
     # -- what the next `up` does with it ---------------------------------------------------
+    def without(self, slots: Iterable[int]) -> "LaunchIntent":
+        """The intent less `slots` (their surge instance takes them: their fast-path instance,
+        if any, is then an orphan like any other)."""
+        gone = set(slots)
+        return self.model_copy(
+            update={"slots": {s: v for s, v in self.slots.items() if s not in gone}}
+        )
+
     def stale_urns(self, urns: Mapping[int, str], owned: Mapping[int, str]) -> list[str]:
         """URNs of the slots whose state still holds an instance other than the launched one
         (the reclaimed one, most likely): a targeted refresh drops it if it is gone."""
@@ -130,7 +139,9 @@ def read_intent(pool: "PoolStack") -> LaunchIntent:
         intent = LaunchIntent.model_validate_json(raw)
     except ValueError:
         return empty  # half-written by a kill: the orphan rules cover what it named
-    return intent if intent.pool_uid == pool.pool.uid else empty  # a deleted pool's namesake
+    if intent.pool_uid != pool.pool.uid:
+        return empty  # a deleted pool's namesake
+    return intent.model_copy(update={"stored": True})
 
 
 def write_intent(pool: "PoolStack", intent: LaunchIntent) -> None:
@@ -155,8 +166,6 @@ def forget(pool: "PoolStack") -> None:
 
 def settle(pool: "PoolStack", intent: LaunchIntent, held: Mapping[int, str]) -> None:
     """After an `up` that succeeded holding `held`: drop what it adopted or made moot."""
-    if not intent.slots:
-        return
-    left = intent.settled(held, pool.settings.orphan_min_age, time.time())
-    if left.slots != intent.slots:
-        write_intent(pool, left)
+    if not intent.stored:
+        return  # nothing was pending when the up began
+    write_intent(pool, intent.settled(held, pool.settings.orphan_min_age, time.time()))

@@ -162,6 +162,7 @@ class PoolStack:
             owned = _ids_by_slot(state)
             config = _carried_over(config, state, owned)
             surge, promote = surge_plan(set(owned), set(surging), config.count)
+            launched = launched.without(promote)  # a surge instance takes these slots
             config = launched.placed(_pinned(config, _previous_config(state), promote), owned)
             orphans = recovery.sweep_orphans(
                 self, config, owned, cap=config.count,
