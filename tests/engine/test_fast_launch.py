@@ -314,3 +314,29 @@ def test_keys_vpc_on_demand_no_agent_and_a_slot_still_held(world: EngineWorld) -
     assert {i.slot: i.instance_id for i in again.instances} == first
     assert set(launched.instances.values()) <= set(_pool_instances(world, stack))  # kept
     assert launch_intents.read_intent(stack).slots.keys() == {0, 1}  # until they are old
+
+
+def test_the_intent_lives_in_an_s3_backend_beside_the_stack(s3_world: EngineWorld) -> None:
+    """On a shared S3 backend (versitygw) as on a directory: the intent is an object beside
+    the stack's checkpoint, read back by a restarted writer, adopted and removed by its up."""
+    world = s3_world
+    stack = _pool(world)
+    config = _config(world, stack, 2)
+    first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
+    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[0]]})
+    wait_until(lambda: first[0] not in _pool_instances(world, stack), "the reclaim", timeout=30)
+    (fast_id,) = fast_launch.launch_replacements(stack, config, [0], PASSWORD).instances.values()
+    files = open_backend(world.settings.backend_url)
+    assert files is not None
+    assert files.keys(launch_intents.intent_key(stack.name)) == [
+        launch_intents.intent_key(stack.name)
+    ]
+    forget_stack(stack.name)
+    launch_intents.PENDING.clear()
+
+    successor = PoolStack(stack.pool, stack.settings, world.credentials, REGION)
+    adopted = successor.up(config, login_password=PASSWORD, refresh=True)
+
+    assert {i.slot: i.instance_id for i in adopted.instances} == {0: fast_id, 1: first[1]}
+    assert adopted.changes.create == 0
+    assert not files.keys(launch_intents.intent_key(stack.name))
