@@ -1,0 +1,68 @@
+"""docs/upgrading.md's Helm step, on a real kube-apiserver with the real helm: a release made
+from a chart that carried the CRD as a template (before the chart's crds/ folder) loses the CRD,
+and every Spotpool with it, on `helm upgrade` to today's chart — unless the CRD is annotated
+`helm.sh/resource-policy=keep` first, as the doc says; then the new CRD is applied with
+`kubectl apply --server-side --force-conflicts` and `helm uninstall` keeps it.
+"""
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from spotpool.localworld.kube import Kube
+from tests.e2e.conftest import local_cluster
+from tests.e2e.test_helm import CHART, CRD, _article_pool, helm
+
+pytestmark = pytest.mark.e2e
+
+NAMESPACE = "spotpool-system"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
+    with local_cluster(tmp_path_factory.mktemp("upgrade-cluster")) as kube:
+        kube.ok("create", "namespace", NAMESPACE)
+        yield kube
+
+
+def _chart_with_crd_template(directory: Path) -> Path:
+    """Today's chart as the chart was before crds/: the CRD one of its templates."""
+    chart = directory / "spotpool"
+    shutil.rmtree(chart, ignore_errors=True)
+    shutil.copytree(CHART, chart)
+    for crd in (chart / "crds").glob("*.yaml"):
+        crd.rename(chart / "templates" / f"crd-{crd.name}")
+    (chart / "crds").rmdir()
+    return chart
+
+
+def _release_with_a_pool(kube: Kube, directory: Path, release: str) -> None:
+    helm(kube, "install", release, str(_chart_with_crd_template(directory)), "-n", NAMESPACE)
+    kube.ok("wait", "--for=condition=Established", f"crd/{CRD}", "--timeout=60s")
+    kube.ok("apply", "-f", "-", stdin=_article_pool("default"))
+
+
+def test_the_upgrade_to_the_crds_folder_deletes_a_templated_crd_and_its_pools(
+    cluster: Kube, tmp_path: Path
+) -> None:
+    _release_with_a_pool(cluster, tmp_path, "before")
+    helm(cluster, "upgrade", "before", str(CHART), "-n", NAMESPACE)
+    cluster.ok("wait", "--for=delete", f"crd/{CRD}", "--timeout=60s")
+    assert cluster.run("get", "crd", CRD).returncode != 0
+    helm(cluster, "uninstall", "before", "-n", NAMESPACE)
+
+
+def test_the_documented_step_keeps_the_crd_and_the_pools(cluster: Kube, tmp_path: Path) -> None:
+    _release_with_a_pool(cluster, tmp_path, "kept")
+    cluster.ok("annotate", "crd", CRD, "helm.sh/resource-policy=keep")
+    helm(cluster, "upgrade", "kept", str(CHART), "-n", NAMESPACE)
+    cluster.ok("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
+    assert cluster.ok("get", "spotpools", "-n", "default", "-o", "name").split() == [
+        "spotpool.devops.jokerbai.com/spotpool-sample"
+    ]
+    helm(cluster, "upgrade", "kept", str(CHART), "-n", NAMESPACE, "--set", "maxConcurrent=5")
+    helm(cluster, "uninstall", "kept", "-n", NAMESPACE)
+    assert cluster.ok("get", "crd", CRD, "-o", "name").strip().endswith(CRD)
+    assert "spotpool-sample" in cluster.ok("get", "spotpools", "-n", "default", "-o", "name")
