@@ -211,6 +211,13 @@ def run(
         help="Engine operations at once on one cloud account across all replicas (each takes "
         "its share); 0: no bound beyond --max-concurrent.",
     ),
+    fast_launch: bool = typer.Option(
+        True,
+        "--fast-launch/--no-fast-launch",
+        envvar="SPOTPOOL_FAST_LAUNCH",
+        help="Launch a reclaimed slot's next instance through the cloud API at once, before "
+        "the pool's Pulumi run, which adopts it (the storm fast path).",
+    ),
     operation_timeout: str = typer.Option(
         "30m",
         "--operation-timeout",
@@ -372,6 +379,7 @@ def run(
             lease_duration=lease_seconds,
             shards=shards,
             max_concurrent_per_account=max_concurrent_per_account,
+            fast_launch=fast_launch,
             rate_limits=_rate_limits(api_limit),
             metrics_host=metrics_host,
             metrics_port=metrics_port,

@@ -32,6 +32,7 @@ from spotpool_operator.capacity import Capacity, Replan, live_slots
 from spotpool_operator.credentials import INLINE_WARNING, login_password, resolve
 from spotpool_operator.events import Events
 from spotpool_operator.failures import PoolProblem, classify
+from spotpool_operator.fast_path import launch_ahead
 from spotpool_operator.fleet import FleetProbe
 from spotpool_operator.kube import Cluster
 from spotpool_operator.metrics import Metrics
@@ -214,6 +215,8 @@ class PoolWork:
             # Placed by stock; `pool.applied` keeps the spec's config, which is what changes.
             placed, replan = await self._placed(pool, spec, config, credentials, slots)
             if slots:
+                if self.settings.fast_launch:  # launched now; the run below adopts them
+                    await launch_ahead(engine, ref, placed, slots, password, pool.status)
                 result = await self._engine_call(
                     "up", engine.replace_slots, placed, slots, password, replan
                 )

@@ -60,6 +60,12 @@ class OperatorSettings(BaseModel):
         description="Engine operations at once on one cloud account across all replicas "
         "(each replica takes its share); 0: no bound beyond max_concurrent.",
     )
+    fast_launch: bool = Field(
+        True,
+        description="Launch a reclaimed slot's next instance through the cloud API at once, "
+        "before its Pulumi run (which adopts it): a storm goes at the account's RunInstances "
+        "rate, not one Pulumi run per pool.",
+    )
     backoff_base: float = Field(10.0, gt=0, description="First retry delay after a failure.")
     backoff_max: float = Field(300.0, gt=0, description="Longest retry delay after failures.")
     metrics_host: str = Field("127.0.0.1", description="Address of the metrics and health port.")

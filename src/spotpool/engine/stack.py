@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pulumi import automation as auto
 
@@ -50,6 +50,9 @@ from spotpool.engine.results import (
     changes_from_summary,
 )
 from spotpool.engine.settings import EngineSettings
+
+if TYPE_CHECKING:  # fast_launch imports this module
+    from spotpool.engine.fast_launch import FastLaunch
 
 __all__ = ["EngineError", "OperationTimeout", "PoolStack", "StackLockedError"]
 SLOT_TYPE = "tencentcloud:Instance/instance:Instance"
@@ -191,6 +194,15 @@ class PoolStack:
             self._remember_urns(_export(stack))
             launch_intents.settle(self, launched, {i.slot: i.instance_id for i in result.instances})
         return result
+
+    def launch_replacements(
+        self, config: StackConfig, slots: list[int], login_password: str | None = None
+    ) -> "FastLaunch":
+        """The storm fast path: launch `slots`' next instances through the cloud API now;
+        the next `up` (or `replace_slots`) adopts them (fast_launch.py)."""
+        from spotpool.engine.fast_launch import launch_replacements
+
+        return launch_replacements(self, config, slots, login_password)
 
     def replace_slots(
         self,
