@@ -22,12 +22,14 @@ import os
 import resource
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+import psutil
 from pulumi import automation as auto
 from pydantic import SecretStr
 
@@ -36,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from spotpool.api.stackconfig import PoolIdentity, StackConfig  # noqa: E402
 from spotpool.engine.credentials import Credentials  # noqa: E402
+from spotpool.engine.errors import InstancesRemain  # noqa: E402
 from spotpool.engine.settings import EngineSettings  # noqa: E402
 from spotpool.engine.stack import PoolStack  # noqa: E402
 from spotpool.localworld.emulator import (  # noqa: E402
@@ -48,6 +51,102 @@ from spotpool.localworld.emulator import (  # noqa: E402
 from spotpool.localworld.engine import REGION, EngineWorld, pool_spec  # noqa: E402
 
 CLI_RUNS: list[str] = []  # the subcommand of every Pulumi CLI process started
+KINDS = ("pulumi CLI", "language host", "tencentcloud plugin", "other plugin", "program", "ours")
+SAMPLE_EVERY = 0.01  # seconds between two looks at the processes and threads
+
+
+def _kind_of(process: psutil.Process) -> str:
+    name = os.path.basename(process.exe())
+    if name == "pulumi":
+        return "pulumi CLI"
+    if name.startswith("pulumi-language"):
+        return "language host"
+    if name == "pulumi-resource-tencentcloud":
+        return "tencentcloud plugin"
+    return "other plugin" if name.startswith("pulumi-") else "other"
+
+
+class CpuSampler:
+    """CPU-s by process kind while an operation runs. Child processes are sampled every
+    SAMPLE_EVERY s (their last sample counts; the tail a sample misses goes to the kind of the
+    tree's root, the CLI, from getrusage(RUSAGE_CHILDREN), which is exact). In this process the
+    inline program (served to the CLI by the Automation API's gRPC language server, in worker
+    threads) is told from our own code (the engine, the Automation API's event reader: the main
+    thread and its helpers) by thread: threads named ThreadPoolExecutor-*/asyncio_* are the
+    program's; the rest is ours (this process's total comes from getrusage(RUSAGE_SELF))."""
+
+    def __init__(self) -> None:
+        self.me = psutil.Process(os.getpid())
+        self.last: dict[int, tuple[str, float]] = {}  # pid -> (kind, cpu-s), children
+        self.threads: dict[int, float] = {}  # native thread id -> cpu-s, program threads
+        self.threads_at_start: dict[int, float] = {}
+        self.stop = threading.Event()
+
+    def _program_tids(self) -> set[int]:
+        return {
+            t.native_id
+            for t in threading.enumerate()
+            if t.native_id is not None and t.name.startswith(("ThreadPoolExecutor", "asyncio"))
+        }
+
+    def _sample(self) -> None:
+        for child in self.me.children(recursive=True):
+            try:
+                with child.oneshot():
+                    times = child.cpu_times()
+                    self.last[child.pid] = (_kind_of(child), times.user + times.system)
+            except psutil.Error:
+                continue
+            if self.last[child.pid][0] == "other":  # the emulator: not the engine's
+                del self.last[child.pid]
+        tids = self._program_tids()
+        for thread in self.me.threads():
+            if thread.id in tids:
+                self.threads[thread.id] = thread.user_time + thread.system_time
+
+    def __enter__(self) -> "CpuSampler":
+        self.children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.self0 = resource.getrusage(resource.RUSAGE_SELF)
+        self.last.clear()
+        tids = self._program_tids()
+        self.threads_at_start = {
+            t.id: t.user_time + t.system_time for t in self.me.threads() if t.id in tids
+        }
+        self.threads = dict(self.threads_at_start)
+        self.stop.clear()
+        self.thread = threading.Thread(target=self._loop, name="cpu-sampler", daemon=True)
+        self.thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self.stop.wait(SAMPLE_EVERY):
+            self._sample()
+        self.own = time.thread_time()  # the sampler's own cost, not the engine's
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        children1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self1 = resource.getrusage(resource.RUSAGE_SELF)
+        total_children = _cpu(children1) - _cpu(self.children0)
+        total_self = _cpu(self1) - _cpu(self.self0) - self.own
+        split = dict.fromkeys(KINDS, 0.0)
+        for kind, seconds in self.last.values():
+            split[kind] += seconds
+        sampled = sum(split.values())
+        split["pulumi CLI"] += max(0.0, total_children - sampled)  # the unsampled tails
+        program = sum(v - self.threads_at_start.get(t, 0.0) for t, v in self.threads.items())
+        split["program"] = min(program, total_self)
+        split["ours"] = total_self - split["program"]
+        self.split = split
+        self.clis = sum(1 for kind, _ in self.last.values() if kind == "pulumi CLI")
+
+
+def _cpu(usage: resource.struct_rusage) -> float:
+    return usage.ru_utime + usage.ru_stime
+
+
+TOTALS: dict[str, dict[str, float]] = {}  # operation -> kind -> CPU-s
 
 
 def _count_cli_runs() -> None:
@@ -64,14 +163,29 @@ def _count_cli_runs() -> None:
 def _timed(label: str, call: Callable[[], object]) -> float:
     runs = len(CLI_RUNS)
     started = time.monotonic()
-    call()
+    with CpuSampler() as sampler:
+        call()
     seconds = time.monotonic() - started
     commands = CLI_RUNS[runs:]
+    split = sampler.split
     print(
         f"  {label:<24} {seconds:6.2f} s  {len(commands):2d} CLI runs ({' '.join(commands)})",
         flush=True,
     )
+    parts = "  ".join(f"{kind} {split[kind]:.2f}" for kind in KINDS if split[kind] >= 0.005)
+    print(f"  {'':<24} CPU {sum(split.values()):5.2f} s: {parts}", flush=True)
+    total = TOTALS.setdefault(label, dict.fromkeys(KINDS, 0.0))
+    for kind in KINDS:
+        total[kind] += split[kind]
     return seconds
+
+
+def _print_totals() -> None:
+    """The whole run's CPU-s by process kind, and the count of CLI processes."""
+    whole = {kind: sum(t[kind] for t in TOTALS.values()) for kind in KINDS}
+    parts = "  ".join(f"{kind} {whole[kind]:.2f}" for kind in KINDS)
+    print(f"CPU-s of the run {sum(whole.values()):.2f}: {parts}")
+    print(f"CLI processes {len(CLI_RUNS)} ({' '.join(sorted(set(CLI_RUNS)))})")
 
 
 def _runs(emulator: EmulatorProcess) -> int:
@@ -109,7 +223,14 @@ def _bench_pool(world: EngineWorld, stack: PoolStack, n: int) -> None:
     config = StackConfig.from_spec(stack.pool, pool_spec(n))
     _timed(f"targeted (replace {len(half)})", partial(stack.replace_slots, config, half))
     print(f"  {'':<24} {_runs(emulator) - made} instance(s) created", flush=True)
-    _timed("destroy", stack.destroy)
+    _timed("destroy", partial(_destroy, stack))
+
+
+def _destroy(stack: PoolStack) -> None:
+    try:
+        stack.destroy()
+    except InstancesRemain as err:  # a reclaimed instance not gone yet: the stack stays
+        print(f"  ({err})", flush=True)
 
 
 def main() -> None:
@@ -137,6 +258,7 @@ def main() -> None:
                 _bench_pool(world, PoolStack(pool, settings, creds, REGION), n)
         finally:
             emulator.stop()
+    _print_totals()
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS: engine processes {children:.0f} MiB, this Python process {own:.0f} MiB")
