@@ -64,6 +64,14 @@ helm upgrade spotpool operator/deploy/helm/spotpool -n spotpool-system --reuse-v
 (Helm's create, or a client-side `kubectl apply`) and has no annotation-size limit. A CRD the
 cluster manages elsewhere: `helm install --skip-crds`.
 
+A release made from an earlier chart, whose CRD was one of its templates, would lose the CRD
+(and every Spotpool with it) on `helm upgrade` to this chart. Keep it first, then upgrade
+(docs/upgrading.md; `image` is now a map):
+
+```sh
+kubectl annotate crd spotpools.devops.jokerbai.com helm.sh/resource-policy=keep
+```
+
 ## As a subchart
 
 ```yaml
