@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from spotpool.api.spec import ChargeType
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.engine import fast_launch, launch_intents
 from spotpool.engine.backend_files import open_backend
+from spotpool.engine.errors import EngineError
+from spotpool.engine.ownership import Writer
 from spotpool.engine.stack import PoolStack, forget_stack
 from spotpool.localworld.emulator import wait_until
 from spotpool.toolchain.paths import bin_dir
@@ -340,3 +343,28 @@ def test_the_intent_lives_in_an_s3_backend_beside_the_stack(s3_world: EngineWorl
     assert {i.slot: i.instance_id for i in adopted.instances} == {0: fast_id, 1: first[1]}
     assert adopted.changes.create == 0
     assert not files.keys(launch_intents.intent_key(stack.name))
+
+
+class _LostLease:
+    def held(self) -> bool:
+        return False
+
+    def acquired_at(self) -> datetime:
+        return datetime.now(UTC)
+
+    def earlier_holders(self) -> frozenset[str]:
+        return frozenset()
+
+
+def test_a_writer_that_lost_the_pools_lease_launches_nothing(world: EngineWorld) -> None:
+    stack = _pool(world)
+    config = _config(world, stack, 2)
+    lost = Writer(hostname="operator-0", pid=os.getpid(), lease=_LostLease())
+    settings = stack.settings.model_copy(update={"writer": lost})
+    fenced = PoolStack(stack.pool, settings, world.credentials, REGION)
+
+    with pytest.raises(EngineError, match="lost the pool's Lease"):
+        fast_launch.launch_replacements(fenced, config, [0, 1], PASSWORD)
+
+    assert _run_requests(world) == [] and not _pool_instances(world, stack)
+    assert launch_intents.read_intent(stack).slots == {}

@@ -38,6 +38,7 @@ from spotpool.api.stackconfig import TAG_INSTALL, USER_DATA_FINGERPRINT, StackCo
 from spotpool.engine import cloud, cloud_errors, launch_intents, recovery
 from spotpool.engine.errors import EngineError
 from spotpool.engine.launch_intents import SlotLaunch
+from spotpool.engine.processes import check_fence
 
 if TYPE_CHECKING:
     from spotpool.engine.stack import PoolStack
@@ -199,6 +200,7 @@ def launch_replacements(
             body["ClientToken"] = intent.slots[slot].client_token
             return (slot, *_send(client, body))
 
+        check_fence()  # this writer still holds the pool's shard (as before any CLI launch)
         with ThreadPoolExecutor(max_workers=min(8, len(wanted))) as workers:
             outcomes = list(workers.map(launch, wanted))
         done = FastLaunch()
