@@ -194,6 +194,7 @@ def test_a_retry_or_a_restart_with_the_same_intent_launches_nothing_new(
     # A restart: a new process knows nothing of the stack but what the backend holds.
     forget_stack(stack.name)
     launch_intents.PENDING.clear()
+    assert launch_intents.pending_stacks(world.settings.backend_url) == [stack.name]
     restarted = PoolStack(stack.pool, stack.settings, world.credentials, REGION)
     thrice = fast_launch.launch_replacements(restarted, config, [0], login_password=PASSWORD)
 
@@ -343,6 +344,7 @@ def test_the_intent_lives_in_an_s3_backend_beside_the_stack(s3_world: EngineWorl
     assert {i.slot: i.instance_id for i in adopted.instances} == {0: fast_id, 1: first[1]}
     assert adopted.changes.create == 0
     assert not files.keys(launch_intents.intent_key(stack.name))
+    assert launch_intents.pending_stacks(world.settings.backend_url) == []
 
 
 class _LostLease:

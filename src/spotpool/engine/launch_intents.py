@@ -156,6 +156,18 @@ def write_intent(pool: "PoolStack", intent: LaunchIntent) -> None:
     files.write(intent_key(pool.name), json.dumps(body, sort_keys=True).encode())
 
 
+def pending_stacks(backend_url: str) -> list[str]:
+    """The stacks with a launch intent in this backend (one listing): after a restart or a
+    shard move, the pools whose next `up` has fast-path instances to adopt."""
+    files = open_backend(backend_url)
+    if files is None:
+        return []
+    folder = f"{ROOT}/stacks/{PROJECT}/"
+    return sorted(
+        key[len(folder) : -len(SUFFIX)] for key in files.keys(folder) if key.endswith(SUFFIX)
+    )
+
+
 def forget(pool: "PoolStack") -> None:
     """Drop the stack's intent (the stack is destroyed or forgotten)."""
     files = open_backend(pool.settings.backend_url)
