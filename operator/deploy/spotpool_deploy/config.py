@@ -4,8 +4,6 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationInfo,
     field_validator,
@@ -14,69 +12,13 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from spotpool.api.spec import parse_duration
+from spotpool_deploy.model import OMIT_EMPTY, VERSION, Model
+from spotpool_deploy.pod_settings import Global, Image, ServiceAccount
+
+__all__ = ["OMIT_EMPTY", "VERSION", "Global", "Image", "InstallConfig", "Model", "ServiceAccount"]
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 API_LIMIT = re.compile(r"[A-Za-z]+=[0-9]*\.?[0-9]+(,[A-Za-z]+=[0-9]*\.?[0-9]+)*")
-VERSION = "0.1.0"
-
-
-class Model(BaseModel):
-    """camelCase in YAML and Pulumi config (as Kubernetes spells it), snake_case in Python."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
-    )
-
-
-class OmitWhenEmpty:
-    """Marks a map or list setting that the objects leave out while it is empty, and use whole
-    (or spliced among their own entries) once set: pod scheduling, extra arguments."""
-
-
-OMIT_EMPTY = OmitWhenEmpty()
-PULL_POLICY = Literal["Always", "IfNotPresent", "Never"]
-
-
-class Image(Model):
-    registry: str | None = Field(
-        None,
-        description="Registry in front of the repository (registry.example.com); None: "
-        "global.imageRegistry when a parent chart sets it, else none.",
-    )
-    repository: str = Field("spotpool-operator", min_length=1, description="Image repository.")
-    tag: str = Field(VERSION, min_length=1, description="Image tag (the chart's appVersion).")
-    pull_policy: PULL_POLICY = Field("IfNotPresent", description="imagePullPolicy.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _reference(cls, value: Any) -> Any:
-        """`image: registry.example/spotpool:2`, the form before image was split, still works."""
-        if not isinstance(value, str):
-            return value
-        name, _, tag = value.rpartition(":") if ":" in value.rsplit("/", 1)[-1] else ("", "", "")
-        return {"repository": name or value, "tag": tag or "latest"}
-
-
-class Global(Model):
-    """Values a parent chart shares with its subcharts (Helm's `global`); other keys a parent
-    sets there are allowed and unused."""
-
-    model_config = ConfigDict(extra="allow")
-
-    image_registry: str | None = Field(
-        None, description="Registry of every image, unless image.registry names another."
-    )
-    image_pull_secrets: Annotated[list[dict[str, str]], OMIT_EMPTY] = Field(
-        default_factory=list,
-        description="Secrets to pull images with, added to imagePullSecrets ([{name: …}]).",
-    )
-
-
-class ServiceAccount(Model):
-    annotations: Annotated[dict[str, str], OMIT_EMPTY] = Field(
-        default_factory=dict,
-        description="Annotations of the operator's ServiceAccount (e.g. a workload identity).",
-    )
 
 
 class SecretKey(Model):
