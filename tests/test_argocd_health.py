@@ -33,7 +33,7 @@ def health(obj: dict[str, Any], script: str | None = None) -> tuple[str, str]:
     return str(result["status"]), str(result["message"])
 
 
-def pool(world: World, body: dict[str, Any], status: dict[str, Any] | None) -> dict[str, Any]:
+def pool(body: dict[str, Any], status: dict[str, Any] | None) -> dict[str, Any]:
     """The object Argo CD sees: the manifest with the status the operator wrote last."""
     return {**body, "status": status} if status is not None else body
 
@@ -48,7 +48,7 @@ def test_a_converged_pool_is_healthy(tmp_path: Path) -> None:
     world = make_world(tmp_path)
     body = pool_body()
     status = converge(world, body)
-    assert health(pool(world, body, status)) == (
+    assert health(pool(body, status)) == (
         "Healthy",
         "Converged: 2 of 2 instances running",
     )
@@ -60,7 +60,7 @@ def test_a_pool_no_operator_saw_yet_and_one_being_created_progress(tmp_path: Pat
     assert health(body)[0] == "Progressing"
     converge(world, body)
     creating = world.cluster.statuses["team-a/gpu"][0]
-    assert health(pool(world, body, creating)) == ("Progressing", "Converging: running up")
+    assert health(pool(body, creating)) == ("Progressing", "Converging: running up")
 
 
 def test_a_new_generation_progresses_until_the_operator_acts_on_it(tmp_path: Path) -> None:
@@ -68,12 +68,12 @@ def test_a_new_generation_progresses_until_the_operator_acts_on_it(tmp_path: Pat
     converge(world, pool_body())
     changed = pool_body(generation=2, replicas=4)
     before = world.cluster.last("team-a/gpu")  # the operator has not seen generation 2 yet
-    assert health(pool(world, changed, before)) == (
+    assert health(pool(changed, before)) == (
         "Progressing",
         "Waiting for the operator to act on generation 2",
     )
     status = converge(world, changed)
-    assert health(pool(world, changed, status)) == (
+    assert health(pool(changed, status)) == (
         "Healthy",
         "Converged: 4 of 4 instances running",
     )
@@ -94,7 +94,7 @@ def test_what_needs_a_person_is_degraded(
     world = make_world(tmp_path)
     world.cloud.fail_up = fail_up
     body = pool_body(**spec)
-    state, message = health(pool(world, body, converge(world, body)))
+    state, message = health(pool(body, converge(world, body)))
     assert state == "Degraded" and message.startswith(f"{reason}: ")
 
 
@@ -102,7 +102,7 @@ def test_no_spot_stock_and_a_reclaim_progress(tmp_path: Path) -> None:
     world = make_world(tmp_path)
     world.cloud.fail_up = "code:ResourceInsufficient.SpecifiedInstanceType sold out"
     body = pool_body()
-    state, message = health(pool(world, body, converge(world, body)))
+    state, message = health(pool(body, converge(world, body)))
     assert state == "Progressing" and message.startswith("ResourceInsufficient: no spot stock")
 
     world.cloud.fail_up = None
@@ -111,11 +111,11 @@ def test_no_spot_stock_and_a_reclaim_progress(tmp_path: Path) -> None:
     run(world.reconciler.check_reclaims(ref(body)))
     writes = world.cluster.statuses["team-a/gpu"]
     reclaimed = next(w for w in writes if w.get("reclaims", {}).get("total"))
-    assert health(pool(world, body, reclaimed)) == (
+    assert health(pool(body, reclaimed)) == (
         "Progressing",
         "Reclaimed: 1 of 2 instances running: replacing",
     )
-    assert health(pool(world, body, writes[-1]))[0] == "Healthy"  # replaced
+    assert health(pool(body, writes[-1]))[0] == "Healthy"  # replaced
 
 
 def test_a_paused_pool_is_suspended_and_a_deleted_one_progresses(tmp_path: Path) -> None:
@@ -123,10 +123,10 @@ def test_a_paused_pool_is_suspended_and_a_deleted_one_progresses(tmp_path: Path)
     converge(world, pool_body())
     paused = pool_body(generation=2, paused=True)
     status = converge(world, paused)
-    assert health(pool(world, paused, status))[0] == "Suspended"
+    assert health(pool(paused, status))[0] == "Suspended"
     deleting = pool_body(generation=2)
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    assert health(pool(world, deleting, status))[0] == "Progressing"
+    assert health(pool(deleting, status))[0] == "Progressing"
 
 
 def test_a_status_from_before_the_kstatus_conditions_still_reads(tmp_path: Path) -> None:
@@ -139,7 +139,7 @@ def test_a_status_from_before_the_kstatus_conditions_still_reads(tmp_path: Path)
             c for c in status["conditions"] if c["type"] not in ("Reconciling", "Stalled")
         ],
     }
-    assert health(pool(world, body, old))[0] == "Healthy"
+    assert health(pool(body, old))[0] == "Healthy"
 
 
 def test_the_docs_ship_the_same_script_in_argocd_cm() -> None:
