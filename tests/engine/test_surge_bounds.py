@@ -112,3 +112,22 @@ def test_an_earlier_instances_token_is_worthless_for_the_next(world: EngineWorld
         for item in world.emulator.all_instances()
     }
     assert tags[after[0].instance_id][NONCE_TAG] == after[0].nonce
+
+
+def test_an_up_with_a_refresh_makes_a_gone_slots_next_instance_a_new_generation(
+    world: EngineWorld,
+) -> None:
+    """The path of a pool found short (a restart, a replacement cut short): `up --refresh`. The
+    refresh runs first, so the slot it drops is created anew with a nonce of its own."""
+    stack = world.pool()
+    config = _config(world, stack, 2)
+    first = {i.slot: i for i in stack.up(config).instances}
+    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[1].instance_id]})
+    wait_until(lambda: first[1].instance_id not in world.cloud_instances(stack), "reclaim", 30)
+    engine_stack._known.clear()  # as a restarted operator
+    again = PoolStack(stack.pool, world.settings, world.credentials, REGION)
+    after = {i.slot: i for i in again.up(config, refresh=True).instances}
+    assert after[0].instance_id == first[0].instance_id and after[0].nonce == first[0].nonce
+    assert after[1].instance_id != first[1].instance_id
+    assert after[1].nonce and after[1].nonce != first[1].nonce
+    assert _agent(world, after[1].instance_id)["SPOTPOOL_NOTICE_NONCE"] == after[1].nonce

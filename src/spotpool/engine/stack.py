@@ -153,6 +153,12 @@ class PoolStack:
         `fresh`: slots whose instance is gone (their next one is a new generation)."""
         with self._operation(OperationKind.UP) as (stack, result, state):
             surging, slot_urns = _ids_by_surge(state), _slot_urns(state)
+            if refresh and config.notice_agent is not None and slot_urns:
+                # A slot the refresh drops gets its next instance in this run: refresh first,
+                # so that instance is a new generation (notice_nonces), not the dropped one's.
+                stack.refresh(color="never", show_secrets=False)
+                state = _export(stack)
+                surging, slot_urns, refresh = _ids_by_surge(state), _slot_urns(state), False
             launched = launch_intents.read_intent(self)  # the fast path's, to adopt (fast_launch)
             noticed = [slot_urns[s] for s in surging if s in slot_urns] if refresh else []
             if noticed := noticed + launched.stale_urns(slot_urns, _ids_by_slot(state)):
