@@ -188,7 +188,7 @@ def _masked(value: Any) -> bool:
         return any(_masked(v) for v in value.values())
     if isinstance(value, list):
         return any(_masked(v) for v in value)
-    return value == MASKED
+    return bool(value == MASKED)
 
 
 def _output(value: Any) -> auto.OutputValue:
