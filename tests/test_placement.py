@@ -17,7 +17,7 @@ from spotpool.api.placement import (
     spot_fills,
     spot_sells_well,
 )
-from spotpool.api.spec import ChargeType
+from spotpool.api.spec import ChargeType, PlacementStrategy
 
 SPOT, ON_DEMAND = ChargeType.SPOTPAID, ChargeType.POSTPAID_BY_HOUR
 Z1, Z2, Z3 = "ap-x-1", "ap-x-2", "ap-x-3"
@@ -156,3 +156,79 @@ def test_a_slot_that_fell_back_again_waits_a_whole_hold_again() -> None:
     hold = 300.0
     assert due_back_to_spot({0: 510.0}, 0.0, 700.0, hold) == []
     assert due_back_to_spot({0: 510.0}, 0.0, 810.0, hold) == [0]
+
+
+def priced(*items: tuple[str, str, str, float | None]) -> dict[Key, Offering]:
+    """(zone, type, StatusCategory, spot price) rows, every one selling."""
+    offers = [Offering.from_api(z, t, "SPOTPAID", "SELL", cat, p) for z, t, cat, p in items]
+    return {o.key: o for o in offers}
+
+
+PRICED = priced(
+    (Z1, A, "EnoughStock", 0.30),
+    (Z2, A, "UnderStock", 0.05),
+    (Z1, B, "NormalStock", 0.10),
+    (Z2, B, "EnoughStock", 0.20),
+)
+
+
+def test_price_capacity_optimized_ranks_stock_first_then_the_lower_price() -> None:
+    assert candidates(wants(stock=PRICED), SPOT) == [
+        (Z1, B, SPOT),  # 0.10, stock to spare
+        (Z2, B, SPOT),  # 0.20
+        (Z1, A, SPOT),  # 0.30
+        (Z2, A, SPOT),  # cheapest, but UnderStock
+    ]
+
+
+def test_lowest_price_ranks_by_price_alone_and_capacity_optimized_ignores_it() -> None:
+    cheapest = wants(stock=PRICED, strategy=PlacementStrategy.LOWEST_PRICE)
+    assert candidates(cheapest, SPOT) == [
+        (Z2, A, SPOT),
+        (Z1, B, SPOT),
+        (Z2, B, SPOT),
+        (Z1, A, SPOT),
+    ]
+    capacity = wants(stock=PRICED, strategy=PlacementStrategy.CAPACITY_OPTIMIZED)
+    assert candidates(capacity, SPOT) == [
+        (Z1, A, SPOT),
+        (Z1, B, SPOT),
+        (Z2, B, SPOT),
+        (Z2, A, SPOT),
+    ]
+
+
+def test_offerings_priced_above_the_max_price_are_never_candidates() -> None:
+    for strategy in PlacementStrategy:
+        w = wants(stock=PRICED, strategy=strategy, max_price=0.15)
+        assert set(candidates(w, SPOT)) == {(Z2, A, SPOT), (Z1, B, SPOT)}
+    # A price equal to the max is still paid; an unknown price is left to the cloud.
+    w = wants(
+        stock=priced((Z1, A, "EnoughStock", 0.15), (Z2, A, "EnoughStock", None)), max_price=0.15
+    )
+    assert candidates(w, SPOT)[:2] == [(Z1, A, SPOT), (Z2, A, SPOT)]  # known price first
+
+
+def test_a_pool_goes_to_the_cheapest_zone_and_moves_when_it_passes_the_max_price() -> None:
+    cheap = priced((Z1, A, "EnoughStock", 0.10), (Z2, A, "EnoughStock", 0.20))
+    w = wants(types=[A], stock=cheap, max_price=0.30)
+    assert place(w, {}, [0, 1]) == {0: Slot(Z1, A, SPOT), 1: Slot(Z1, A, SPOT)}
+
+    dear = priced((Z1, A, "EnoughStock", 0.40), (Z2, A, "EnoughStock", 0.20))
+    w = wants(types=[A], stock=dear, max_price=0.30)
+    assert place(w, {}, [0, 1]) == {0: Slot(Z2, A, SPOT), 1: Slot(Z2, A, SPOT)}
+
+
+def test_equal_prices_still_spread_over_zones() -> None:
+    same = priced((Z1, A, "EnoughStock", 0.10), (Z2, A, "EnoughStock", 0.10))
+    placed = place(wants(types=[A], stock=same), {}, [0, 1])
+    assert sorted(s.zone for s in placed.values()) == [Z1, Z2]
+
+
+def test_every_spot_offering_too_dear_falls_back_on_demand_or_has_no_capacity() -> None:
+    dear = priced((Z1, A, "EnoughStock", 0.40), (Z2, A, "EnoughStock", 0.50))
+    with pytest.raises(NoCapacity, match=r"priced above 0\.3"):
+        place(wants(types=[A], stock=dear, max_price=0.30), {}, [0])
+    w = wants(types=[A], stock=dear, max_price=0.30, max_on_demand=1)
+    assert place(w, {}, [0]) == {0: Slot(Z1, A, ON_DEMAND)}
+    assert not spot_sells_well(w)

@@ -1,7 +1,8 @@
 """Capacity-aware placement for the operator: the cloud's stock (one cached
 DescribeZoneInstanceConfigInfos per key pair, region and spec shape), the offerings to avoid
 for a while after a reclaim or a no-stock answer (like Karpenter's three minutes), and where a
-pool's new slots go (the pure rules are spotpool.api.placement).
+pool's new slots go (the pure rules are spotpool.api.placement): by stock, then by the spot
+price the same look-up reports, never above spotMaxPrice (spec.placementStrategy).
 
 A failed stock look-up never blocks a create: placement then ranks by the spec's order and the
 avoidances alone, as if every offering sold.
@@ -127,6 +128,8 @@ class Capacity:
             max_on_demand=fallback.max_on_demand if fallback and fallback.enabled else 0,
             stock=self.stock(credentials, region, spec),
             avoided=self.avoided(),
+            strategy=spec.placement_strategy,
+            max_price=float(spec.spot_max_price) if spec.spot_max_price else None,
         )
 
     # --- placement ---------------------------------------------------------------------------

@@ -2,10 +2,12 @@
 stock (DescribeZoneInstanceConfigInfos), pure rules with no I/O.
 
 - Offerings are the spec's zones by instanceTypes. A SOLD_OUT one is never tried; one that
-  answered "no stock" a moment ago (avoided `hard`) neither; one that was just reclaimed
-  (avoided, not hard) only when nothing else sells. Then: enough stock before little
-  (UnderStock), the spec's type order, the zone with fewest of the pool's instances, the
-  spec's zone order.
+  answered "no stock" a moment ago (avoided `hard`) neither; nor a spot one whose reported
+  price is above the pool's max price; one that was just reclaimed (avoided, not hard) only
+  when nothing else sells. Then, by the placement strategy: enough stock before little
+  (UnderStock) and then the lower spot price (priceCapacityOptimized), stock alone
+  (capacityOptimized), or price alone (lowestPrice); then the spec's type order, the zone with
+  fewest of the pool's instances, the spec's zone order.
 - With on-demand fallback, a slot no spot offering can fill (nothing left but avoided or sold
   out ones) is created POSTPAID_BY_HOUR, at most `max_on_demand` of them in the pool.
 - Back to spot, with hysteresis (`due_back_to_spot`): an on-demand slot returns only after spot
@@ -14,11 +16,13 @@ stock (DescribeZoneInstanceConfigInfos), pure rules with no I/O.
   afresh, so no slot moves back more than once per `hold`: it cannot flap.
 """
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
 from spotpool.api.spec import ChargeType
+from spotpool.api.spec import PlacementStrategy as Strategy
 
 
 class Stock(IntEnum):
@@ -48,14 +52,21 @@ class Offering:
     charge_type: ChargeType
     selling: bool  # Status SELL (not SOLD_OUT)
     stock: Stock
+    price: float | None = None  # hourly price after discount (the spot price); None: unknown
 
     @classmethod
     def from_api(
-        cls, zone: str, instance_type: str, charge_type: str, status: str, category: str | None
+        cls,
+        zone: str,
+        instance_type: str,
+        charge_type: str,
+        status: str,
+        category: str | None,
+        price: float | None = None,
     ) -> "Offering":
         selling = status == "SELL"
         stock = _CATEGORIES.get(category or "", Stock.UNKNOWN if selling else Stock.WITHOUT)
-        return cls(zone, instance_type, ChargeType(charge_type), selling, stock)
+        return cls(zone, instance_type, ChargeType(charge_type), selling, stock, price)
 
     @property
     def key(self) -> "Key":
@@ -97,15 +108,43 @@ class Wants:
     max_on_demand: int = 0  # 0: no on-demand fallback
     stock: Mapping[Key, Offering] = field(default_factory=dict)
     avoided: Avoided = field(default_factory=Avoided)
+    strategy: Strategy = Strategy.PRICE_CAPACITY_OPTIMIZED
+    max_price: float | None = None  # spotMaxPrice: no spot offering priced above it
+
+    def too_dear(self, offering: Offering | None) -> bool:
+        """A spot offering whose reported price is above the max price (unknown: not)."""
+        return (
+            self.max_price is not None
+            and offering is not None
+            and offering.charge_type is ChargeType.SPOTPAID
+            and offering.price is not None
+            and offering.price > self.max_price
+        )
 
 
 class NoCapacity(Exception):
-    """No offering can take the slot now (every one sold out or just refused)."""
+    """No offering can take the slot now (every one sold out, just refused or too dear)."""
 
 
-def _ranked(wants: Wants, charge: ChargeType) -> list[tuple[tuple[int, int, int], int, Key]]:
+Rank = tuple[int, int, float, int]
+
+
+def _rank(wants: Wants, key: Key, offering: Offering | None, t_index: int) -> Rank:
+    """(softly avoided, short of stock, price, type position): smaller is better. Unknown
+    prices rank after known ones; the strategy decides which of stock and price count."""
+    stock = offering.stock if offering is not None else Stock.UNKNOWN
+    short = int(stock <= Stock.UNDER)
+    price = offering.price if offering is not None and offering.price is not None else math.inf
+    if wants.strategy is Strategy.CAPACITY_OPTIMIZED:
+        price = 0.0
+    elif wants.strategy is Strategy.LOWEST_PRICE:
+        short = 0
+    return (int(key in wants.avoided.soft), short, price, t_index)
+
+
+def _ranked(wants: Wants, charge: ChargeType) -> list[tuple[Rank, int, Key]]:
     """(rank, zone position, offering) for every offering a slot of `charge` may go to:
-    never a sold out or hard-avoided one; softly avoided ones rank last."""
+    never a sold out, hard-avoided or too dear one; softly avoided ones rank last."""
     found = []
     for t_index, kind in enumerate(wants.types):
         for z_index, zone in enumerate(wants.zones):
@@ -113,9 +152,9 @@ def _ranked(wants: Wants, charge: ChargeType) -> list[tuple[tuple[int, int, int]
             offering = wants.stock.get(key)
             if (offering is not None and not offering.selling) or key in wants.avoided.hard:
                 continue
-            stock = offering.stock if offering is not None else Stock.UNKNOWN
-            rank = (int(key in wants.avoided.soft), int(stock <= Stock.UNDER), t_index)
-            found.append((rank, z_index, key))
+            if wants.too_dear(offering):
+                continue
+            found.append((_rank(wants, key, offering, t_index), z_index, key))
     return sorted(found)
 
 
@@ -162,9 +201,10 @@ def place(
         if fallback:
             ranked = _ranked(wants, ChargeType.POSTPAID_BY_HOUR) or spot
         if not ranked:
+            dear = "" if wants.max_price is None else f" or priced above {wants.max_price}"
             raise NoCapacity(
                 f"slot {slot}: every offering of {', '.join(wants.types)} in "
-                f"{', '.join(wants.zones)} is sold out or refused stock just now"
+                f"{', '.join(wants.zones)} is sold out{dear} or refused stock just now"
             )
         _, _, key = min(ranked, key=lambda r: (r[0], in_zone.get(r[2][0], 0), r[1]))
         placed[slot] = Slot(*key)

@@ -62,6 +62,14 @@ class ChargeType(StrEnum):
     POSTPAID_BY_HOUR = "POSTPAID_BY_HOUR"
 
 
+class PlacementStrategy(StrEnum):
+    """How new spot slots choose among zone x type offerings (spec.placementStrategy)."""
+
+    CAPACITY_OPTIMIZED = "capacityOptimized"
+    PRICE_CAPACITY_OPTIMIZED = "priceCapacityOptimized"
+    LOWEST_PRICE = "lowestPrice"
+
+
 class DeletionPolicy(StrEnum):
     DELETE = "Delete"
     RETAIN = "Retain"
@@ -230,6 +238,13 @@ class SpotpoolSpec(Model):
         None,
         pattern=r"^[0-9]+(\.[0-9]{1,4})?$",
         description="Highest hourly spot price to pay, as a decimal string; unset = market.",
+    )
+    placement_strategy: PlacementStrategy = Field(
+        PlacementStrategy.PRICE_CAPACITY_OPTIMIZED,
+        description="Where new spot slots go: priceCapacityOptimized (offerings with stock to "
+        "spare first, then the lowest spot price), capacityOptimized (stock, then the "
+        "instanceTypes order) or lowestPrice (the lowest spot price among offerings that "
+        "sell). Never an offering priced above spotMaxPrice.",
     )
     system_disk: SystemDisk = Field(default_factory=SystemDisk, description="System disk.")
     internet_accessible: InternetAccessible = Field(

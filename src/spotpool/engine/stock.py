@@ -12,6 +12,17 @@ from spotpool.engine.cloud import limited
 ACTION = "DescribeZoneInstanceConfigInfos"
 
 
+def hourly_price(price: models.ItemPrice | None) -> float | None:
+    """What an hour costs after discount: for SPOTPAID, the spot price the market asks now
+    (UnitPriceDiscount; the real API also fills it for POSTPAID_BY_HOUR). None: not reported."""
+    if price is None:
+        return None
+    for value in (price.UnitPriceDiscount, price.UnitPrice):
+        if value is not None:
+            return float(value)
+    return None
+
+
 def offerings(
     client: cvm_client.CvmClient,
     zones: list[str],
@@ -38,7 +49,7 @@ def offerings(
         try:
             offering = Offering.from_api(
                 item.Zone, item.InstanceType, item.InstanceChargeType, item.Status,
-                item.StatusCategory,
+                item.StatusCategory, hourly_price(item.Price),
             )  # fmt: skip
         except ValueError:  # a charge type we do not sell (PREPAID, CDHPAID…)
             continue
