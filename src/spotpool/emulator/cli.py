@@ -1,4 +1,5 @@
-"""`spotpool emulator serve | reclaim`: run the local Tencent Cloud, take spot instances back."""
+"""`spotpool emulator serve | reclaim | price`: run the local Tencent Cloud, take spot instances
+back, move a spot price."""
 
 import asyncio
 import json
@@ -8,6 +9,7 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import typer
 from aiohttp import web
@@ -55,6 +57,19 @@ def serve(
         "(RunInstances 10/s, DescribeInstances 40/s, TerminateInstances 10/s, others 20/s), "
         "answering RequestLimitExceeded over them; also switchable at /_emulator/rate-limits.",
     ),
+    spot_prices: Path | None = typer.Option(
+        None,
+        help="Initial spot prices: a JSON list of {Zone, InstanceType, Price} (an hourly price; "
+        "unlisted zone x types cost 20% of on-demand).",
+    ),
+    price_drift: float = typer.Option(
+        0.0,
+        min=0,
+        max=1,
+        help="Spot prices move: every --price-drift-seconds each zone x type's price takes a "
+        "random step of at most this fraction (0: prices stay put).",
+    ),
+    price_drift_seconds: float = typer.Option(60.0, min=0.1, help="Period of a drift step."),
 ) -> None:
     """Serve the Tencent Cloud API 3.0 (cvm, tag, cbs, vpc) and the /_emulator admin routes."""
     logging.basicConfig(
@@ -67,6 +82,12 @@ def serve(
         keys={secret_id: secret_key},
     )
     world = World(CloudStore(state), settings)
+    world.prices.drift, world.prices.drift_seconds = price_drift, price_drift_seconds
+    if spot_prices is not None:
+        try:
+            world.prices.load(spot_prices)
+        except (OSError, ValueError) as error:
+            raise typer.BadParameter(str(error), param_hint="--spot-prices") from None
 
     emulator = Emulator(
         world, reclaim_rate_per_hour=reclaim_rate, limits=LimitSettings(enabled=rate_limits)
@@ -108,20 +129,40 @@ def reclaim(
     body: dict[str, object] = (
         {"InstanceIds": instance_id} if instance_id else {"Count": count, "Zone": zone}
     )
+    for reclaimed_id in _post(endpoint, "/_emulator/reclaim", body)["Reclaimed"]:
+        typer.echo(reclaimed_id)
+
+
+@app.command()
+def price(
+    endpoint: str = typer.Option(..., help="The emulator, e.g. http://127.0.0.1:9000."),
+    zone: str = typer.Option(..., help="Zone, e.g. ap-singapore-2."),
+    instance_type: str = typer.Option(..., help="Instance type, e.g. GN7.2XLARGE32."),
+    spot_price: float | None = typer.Option(
+        None, "--price", min=0, help="New hourly spot price (omit to go back to the default)."
+    ),
+) -> None:
+    """Set a zone x type's spot price; spot instances launched with a lower max price are
+    reclaimed, as the cloud does (their ids are printed)."""
+    body: dict[str, object] = {"Zone": zone, "InstanceType": instance_type, "Price": spot_price}
+    for reclaimed_id in _post(endpoint, "/_emulator/prices", body)["Reclaimed"]:
+        typer.echo(reclaimed_id)
+
+
+def _post(endpoint: str, path: str, body: dict[str, object]) -> dict[str, Any]:
     request = urllib.request.Request(
-        endpoint.rstrip("/") + "/_emulator/reclaim",
+        endpoint.rstrip("/") + path,
         data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json"},
         method="POST",
     )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
-            reclaimed = json.load(response)["Reclaimed"]
+            reply: dict[str, Any] = json.load(response)
+            return reply
     except urllib.error.HTTPError as error:
         typer.echo(f"the emulator refused: {json.load(error).get('Error', error.reason)}", err=True)
         raise typer.Exit(1) from None
     except urllib.error.URLError as error:
         typer.echo(f"cannot reach the emulator at {endpoint}: {error.reason}", err=True)
         raise typer.Exit(1) from None
-    for reclaimed_id in reclaimed:
-        typer.echo(reclaimed_id)

@@ -22,6 +22,7 @@ from spotpool.emulator.catalog import INSTANCE_TYPES, REGIONS, zones
 from spotpool.emulator.errors import ApiError
 from spotpool.emulator.limits import MESSAGE as LIMIT_MESSAGE
 from spotpool.emulator.limits import LimitSettings, RequestLimits
+from spotpool.emulator.price_routes import add_price_routes
 from spotpool.emulator.requestlog import REQUEST_LOG_SIZE, recorded
 from spotpool.emulator.services import CBS_ACTIONS, TAG_ACTIONS, VPC_ACTIONS, Handler
 from spotpool.emulator.signature import Caller, SignedRequest, scope_service, verify
@@ -396,4 +397,5 @@ def build_app(emulator: Emulator) -> web.Application:
     app.router.add_route("POST", "/", emulator.api)
     app.router.add_route("GET", "/", emulator.api)
     app.cleanup_ctx.append(emulator.reclaim_at_random)
+    add_price_routes(app, emulator.world)
     return app

@@ -4,18 +4,20 @@ with its stock as the capacity table (`/_emulator/capacity`) says.
 Spot stock is the table's count for (zone, type): no entry means plenty. The status follows
 the real API's words: `SELL` or `SOLD_OUT`, and a `StatusCategory` of `EnoughStock`,
 `NormalStock`, `UnderStock` or `WithoutStock`. On-demand (`POSTPAID_BY_HOUR`) always sells.
+The SPOTPAID offering's `Price.UnitPriceDiscount` is the zone x type's current spot price
+(prices.py: it can move).
 """
 
 from collections.abc import Callable
 from typing import Any
 
 from spotpool.emulator import params
-from spotpool.emulator.catalog import INSTANCE_TYPES, InstanceType, zones
+from spotpool.emulator.catalog import INSTANCE_TYPES, zones
 from spotpool.emulator.errors import ApiError, invalid_value
+from spotpool.emulator.prices import SpotPrices, on_demand_price
 from spotpool.emulator.world import Context
 
 CHARGE_TYPES = ("POSTPAID_BY_HOUR", "SPOTPAID")
-SPOT_DISCOUNT = 20  # spot costs this percentage of the on-demand price
 UNDER_STOCK = 3  # fewer left than this: UnderStock
 ENOUGH_STOCK = 10  # at least this many left: EnoughStock
 
@@ -29,16 +31,14 @@ def stock_category(available: int | None) -> str:
     return "UnderStock" if available < UNDER_STOCK else "NormalStock"
 
 
-def _hourly_price(kind: InstanceType) -> float:
-    return round(0.05 * kind.cpu + 0.01 * kind.memory_gb + 1.5 * kind.gpu_count, 4)
-
-
-def _item(zone: str, name: str, charge: str, available: int | None) -> dict[str, Any]:
+def _item(
+    zone: str, name: str, charge: str, available: int | None, prices: SpotPrices
+) -> dict[str, Any]:
     kind = INSTANCE_TYPES[name]
     category = stock_category(available) if charge == "SPOTPAID" else "EnoughStock"
     sold_out = category == "WithoutStock"
-    price = _hourly_price(kind)
-    discount = SPOT_DISCOUNT if charge == "SPOTPAID" else 100
+    price = on_demand_price(kind)
+    paid = prices.price(zone, name) if charge == "SPOTPAID" else price
     return {
         "Zone": zone,
         "InstanceType": name,
@@ -54,8 +54,8 @@ def _item(zone: str, name: str, charge: str, available: int | None) -> dict[str,
         "Price": {
             "UnitPrice": price,
             "ChargeUnit": "HOUR",
-            "UnitPriceDiscount": round(price * discount / 100, 4),
-            "Discount": float(discount),
+            "UnitPriceDiscount": paid,
+            "Discount": round(paid / price * 100, 1) if price else 100.0,
         },
         "SoldOutReason": "spot stock exhausted in this zone" if sold_out else "",
         "InstanceBandwidth": 1.5,
@@ -96,7 +96,7 @@ def describe_zone_instance_config_infos(ctx: Context, body: dict[str, Any]) -> d
         chosen.append((getter, frozenset(f.values)))
     capacity = ctx.world.store.capacity
     items = [
-        _item(zone, name, charge, capacity.get((zone, name)))
+        _item(zone, name, charge, capacity.get((zone, name)), ctx.world.prices)
         for zone in zones(ctx.region)
         for name in INSTANCE_TYPES
         for charge in CHARGE_TYPES

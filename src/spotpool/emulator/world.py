@@ -10,6 +10,7 @@ from typing import Any
 
 from spotpool.emulator.errors import not_found
 from spotpool.emulator.instances import GONE, InstanceRecord
+from spotpool.emulator.prices import SpotPrices
 from spotpool.emulator.store import CloudStore
 
 _ID_ALPHABET = string.ascii_lowercase + string.digits
@@ -39,6 +40,7 @@ class World:
         self.store = store
         self.settings = settings
         self.clock = clock
+        self.prices = SpotPrices()  # spot price per zone x type (set by `serve`, admin routes)
         self._next_due = 0.0  # nothing changes state before this moment
         # Describe calls dominate: keep each instance's API view and each region's live list
         # until something changes them.
