@@ -16,26 +16,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pulumi import automation as auto
 from tencentcloud.cvm.v20170312 import cvm_client
 
-from spotpool.api.stackconfig import PROJECT
+from spotpool.api.stackconfig import PROJECT, StackConfig
 from spotpool.engine import cloud
 from spotpool.engine.backend_files import ROOT, BackendFiles, latest_deployment, open_backend
 from spotpool.engine.errors import StackLockedError
 from spotpool.engine.orphans import GONE_STATES, Action, Decision, Situation, Tagged, decide
 from spotpool.engine.ownership import LockOwner, Writer, decide_lock
-
-if TYPE_CHECKING:
-    from spotpool.api.stackconfig import StackConfig
-    from spotpool.engine.stack import PoolStack
+from spotpool.engine.stack_view import StackView
+from spotpool.engine.urns import slot_of_urn
 
 __all__ = ["GONE_STATES", "Orphans", "repair", "sweep_orphans"]
 
 
-def repair(pool: "PoolStack", stack: auto.Stack, state: Mapping[str, Any]) -> list[str]:
+def repair(pool: StackView, stack: auto.Stack, state: Mapping[str, Any]) -> list[str]:
     """What was repaired, given the stack's current state; nothing to say if nothing was.
     What a killed run created but never recorded is an orphan: see `sweep_orphans`."""
     notes = break_stale_locks(pool)
@@ -67,8 +65,8 @@ class Orphans:
 
 
 def sweep_orphans(
-    pool: "PoolStack",
-    config: "StackConfig | None",
+    pool: StackView,
+    config: StackConfig | None,
     owned: Mapping[int, str],
     cap: int,
     dead_run_slots: frozenset[int] = frozenset(),
@@ -113,7 +111,7 @@ def sweep_orphans(
     return found
 
 
-def _any_lock(pool: "PoolStack") -> bool:
+def _any_lock(pool: StackView) -> bool:
     """Another run holds the stack's Pulumi lock right now (checked just before terminating;
     a backend whose files cannot be listed from here counts as locked)."""
     files = open_backend(pool.settings.backend_url)
@@ -122,8 +120,6 @@ def _any_lock(pool: "PoolStack") -> bool:
 
 def pending_slots(state: Mapping[str, Any]) -> frozenset[int]:
     """Slots a killed run was creating: its pending creates in the state name them."""
-    from spotpool.engine.stack import slot_of_urn
-
     slots = set()
     for pending in state.get("pending_operations") or []:
         resource = pending.get("resource") or {}
@@ -133,11 +129,11 @@ def pending_slots(state: Mapping[str, Any]) -> frozenset[int]:
     return frozenset(slots)
 
 
-def _client(pool: "PoolStack") -> cvm_client.CvmClient:
+def _client(pool: StackView) -> cvm_client.CvmClient:
     return cloud.cvm(pool.credentials, pool.region, pool.settings.cloud_endpoint)
 
 
-def mend_backend_files(pool: "PoolStack") -> list[str]:
+def mend_backend_files(pool: StackView) -> list[str]:
     """A file backend keeps each file's metadata in a `.attrs` file beside it, written in
     place after the file itself went to a temporary name: a kill in between leaves it empty,
     and Pulumi then cannot even select the stack ("failed to load checkpoint: EOF"). The
@@ -161,7 +157,7 @@ def mend_backend_files(pool: "PoolStack") -> list[str]:
     return notes
 
 
-def prune_history(pool: "PoolStack") -> list[str]:
+def prune_history(pool: StackView) -> list[str]:
     """Keep the stack's last `history_keep` updates in the backend's history (each is a
     history entry and a full checkpoint copy): without this, every operation adds ~18 KiB
     per 2-instance pool for ever. Says nothing: pruning is housekeeping, not a repair."""
@@ -184,7 +180,7 @@ def prune_history(pool: "PoolStack") -> list[str]:
     return []
 
 
-def _file_backend_root(pool: "PoolStack") -> Path | None:
+def _file_backend_root(pool: StackView) -> Path | None:
     """The `.pulumi` directory of a file backend; None for remote backends, whose files (and
     locks' owners) cannot be checked from here."""
     backend = pool.settings.backend_url
@@ -193,7 +189,7 @@ def _file_backend_root(pool: "PoolStack") -> Path | None:
     return Path(backend.removeprefix("file://")) / ".pulumi"
 
 
-def read_checkpoint(pool: "PoolStack") -> Mapping[str, Any] | None:
+def read_checkpoint(pool: StackView) -> Mapping[str, Any] | None:
     """The stack's latest deployment as its checkpoint file holds it (plain, gzip or zstd
     aside: plain and gzip), or None when there is none to read here."""
     files = open_backend(pool.settings.backend_url)
@@ -214,7 +210,7 @@ def _lock_keys(files: BackendFiles, stack: str) -> list[str]:
     ]
 
 
-def break_stale_locks(pool: "PoolStack") -> list[str]:
+def break_stale_locks(pool: StackView) -> list[str]:
     """Remove exactly the stack's lock files whose owners are provably gone (ownership.py), on
     a file or an S3 backend; raise StackLockedError naming any other owner. Never `pulumi
     cancel`, which removes every lock, a live owner's too."""

@@ -50,6 +50,7 @@ from spotpool.engine.results import (
     changes_from_summary,
 )
 from spotpool.engine.settings import EngineSettings
+from spotpool.engine.urns import slot_of_urn
 
 if TYPE_CHECKING:  # fast_launch imports this module
     from spotpool.engine.fast_launch import FastLaunch
@@ -108,13 +109,6 @@ def _instance_step(event: auto.EngineEvent, steps: list[tuple[str, str]]) -> Non
     pre = event.resource_pre_event
     if pre is not None and pre.metadata.type == SLOT_TYPE:
         steps.append((pre.metadata.urn, str(pre.metadata.op.value)))
-
-
-def slot_of_urn(urn: str) -> int | None:
-    """Slot number from an instance URN (`…::<pool>-slot-<i>`)."""
-    name = urn.rsplit("::", 1)[-1]
-    head, sep, number = name.rpartition("-slot-")
-    return int(number) if sep and head and number.isdigit() else None
 
 
 class PoolStack:
