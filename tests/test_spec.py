@@ -80,3 +80,49 @@ def test_durations() -> None:
 def test_committed_crd_matches_the_model() -> None:
     committed = (ROOT / CRD_PATH).read_text()
     assert committed == render_yaml(), "the CRD drifted: run `spotpool crd generate`"
+
+
+def test_a_launch_spec_with_subnets_per_zone_disks_role_group_and_images() -> None:
+    spec = SpotpoolSpec.model_validate(
+        article_spec(
+            availabilityZone=None,
+            availabilityZones=["ap-singapore-2", "ap-singapore-3"],
+            subnetId="DEFAULT",
+            vpcId="vpc-abc1",
+            subnetIds={"ap-singapore-2": "subnet-aaa2", "ap-singapore-3": "subnet-aaa3"},
+            dataDisks=[{"type": "CLOUD_SSD", "size": 200, "deleteWithInstance": False}],
+            camRoleName="gpu-trainer",
+            placementGroupId="ps-abc1",
+            imageIds={"GN7.2XLARGE32": "img-cuda12"},
+        )
+    )
+    assert spec.subnet_ids == {"ap-singapore-2": "subnet-aaa2", "ap-singapore-3": "subnet-aaa3"}
+    (disk,) = spec.data_disks or []
+    assert (disk.type, disk.size, disk.delete_with_instance) == ("CLOUD_SSD", 200, False)
+    defaults = SpotpoolSpec.model_validate(article_spec(dataDisks=[{"size": 50}]))
+    (default,) = defaults.data_disks or []
+    assert (default.type, default.delete_with_instance) == ("CLOUD_BSSD", True)
+    # One zone keeps its single custom subnetId.
+    one = SpotpoolSpec.model_validate(article_spec(subnetId="subnet-one1", vpcId="vpc-abc1"))
+    assert one.subnet_id == "subnet-one1"
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        (
+            {"availabilityZones": ["ap-singapore-2", "ap-singapore-3"], "subnetId": "subnet-a1"},
+            "with more than one zone set subnetIds",
+        ),
+        ({"subnetIds": {"ap-singapore-2": "subnet-a1"}}, "subnetIds needs the vpcId"),
+        ({"subnetIds": {"ap-singapore-2": "default"}, "vpcId": "vpc-a1"}, "subnetIds"),
+        ({"placementGroupId": "pg-1"}, "placementGroupId"),
+        ({"imageIds": {"GN7.2XLARGE32": "ami-1"}}, "imageIds"),
+        ({"dataDisks": [{"size": 5}]}, "dataDisks"),
+        ({"camRoleName": "no spaces"}, "camRoleName"),
+    ],
+)
+def test_launch_spec_mistakes_are_refused(changes: dict[str, object], says: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        SpotpoolSpec.model_validate(article_spec(**changes))
+    assert says in str(refused.value)

@@ -149,3 +149,29 @@ def test_stack_config_holds_no_credentials() -> None:
     rendered = json.dumps(config.to_pulumi_config())
     assert "AKIDsecret" not in rendered and "shh" not in rendered
     assert config.pool.stack_name == "team-a.gpu"
+
+
+@pulumi.runtime.test
+def test_the_complete_launch_spec_reaches_each_instance(mocks: CloudMocks) -> pulumi.Output[Any]:
+    config = stack_config(
+        instanceTypes=["GN7.2XLARGE32", "GN7.5XLARGE80"],
+        instanceType=None,
+        vpcId="vpc-a1",
+        subnetIds={"ap-singapore-2": "subnet-z2", "ap-singapore-3": "subnet-z3"},
+        imageIds={"GN7.5XLARGE80": "img-big"},
+        dataDisks=[{"type": "CLOUD_SSD", "size": 200, "deleteWithInstance": False}],
+        camRoleName="gpu-trainer",
+        placementGroupId="ps-abc1",
+    ).placing({2: ("ap-singapore-2", "GN7.5XLARGE80", ChargeType.SPOTPAID)})
+
+    def check(_: object) -> None:
+        slots = [mocks.instances[f"gpu-slot-{i}"] for i in range(3)]
+        assert [s["subnetId"] for s in slots] == ["subnet-z2", "subnet-z3", "subnet-z2"]
+        assert [s["imageId"] for s in slots] == ["img-abc", "img-abc", "img-big"]
+        for s in slots:
+            assert s["dataDisks"] == [
+                {"dataDiskType": "CLOUD_SSD", "dataDiskSize": 200, "deleteWithInstance": False}
+            ]
+            assert s["camRoleName"] == "gpu-trainer" and s["placementGroupId"] == "ps-abc1"
+
+    return run_program(config).apply(check)

@@ -1,6 +1,6 @@
 """Per-slot config: instance-type fallbacks and adopted instances, and which of them are kept."""
 
-from spotpool.api.spec import SpotpoolSpec
+from spotpool.api.spec import ChargeType, SpotpoolSpec
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 
 
@@ -41,3 +41,25 @@ def test_an_adopted_instance_keeps_its_type_and_its_slot_while_it_lives() -> Non
     kept = config().keeping_adopted(adopted, live={1: "ins-a", 2: "ins-c"})
     assert kept.adopted == {1: "ins-a"}
     assert config(1).keeping_adopted(adopted, live={1: "ins-a"}).adopted == {}  # scaled away
+
+
+def test_each_slot_gets_its_zones_subnet_and_its_types_image() -> None:
+    spec = SpotpoolSpec.model_validate(
+        {
+            "region": "ap-singapore",
+            "availabilityZones": ["ap-singapore-2", "ap-singapore-3", "ap-singapore-4"],
+            "instanceTypes": ["GN7.2XLARGE32", "GN7.5XLARGE80"],
+            "maximum": 5,
+            "replicas": 3,
+            "imageId": "img-abc",
+            "imageIds": {"GN7.5XLARGE80": "img-big"},
+            "vpcId": "vpc-a1",
+            "subnetIds": {"ap-singapore-2": "subnet-z2", "ap-singapore-3": "subnet-z3"},
+            "credentialsSecretRef": {"name": "c"},
+        }
+    )
+    placed = StackConfig.from_spec(PoolIdentity(namespace="a", name="b", uid="u"), spec).placing(
+        {0: ("ap-singapore-3", "GN7.5XLARGE80", ChargeType.SPOTPAID)}
+    )
+    assert [placed.subnet_of(s) for s in range(3)] == ["subnet-z3", "subnet-z3", "DEFAULT"]
+    assert [placed.image_of(s) for s in range(3)] == ["img-big", "img-abc", "img-abc"]

@@ -20,6 +20,7 @@ from spotpool.api.stackconfig import TAG_INSTALL, StackConfig
 # created with: setting these again would reset its password or, for hostname, reinstall it.
 NOT_READ_BACK = [
     "hostname", "password", "keyIds", "userDataRaw", "spotInstanceType", "spotMaxPrice",
+    "placementGroupId",
 ]  # fmt: skip
 SECRET_INPUTS = ["password", "userDataRaw"]  # inputs the stack holds as secrets
 
@@ -79,16 +80,27 @@ class SpotPool(pulumi.ComponentResource):
             hostname=f"{c.pool.name}-{slot}"[:60],
             availability_zone=c.zone_of(slot),
             instance_type=c.type_of(slot),
-            image_id=c.image_id,
+            image_id=c.image_of(slot),  # an image per instance type, else the pool's
             instance_charge_type=charge.value,
             spot_instance_type="ONE-TIME" if spot else None,
             spot_max_price=c.spot_max_price if spot else None,
             # DEFAULT means the region's default VPC and subnet: the provider's own default.
             vpc_id=None if c.vpc_id == "DEFAULT" else c.vpc_id,
-            subnet_id=None if c.subnet_id == "DEFAULT" else c.subnet_id,
+            subnet_id=None if c.subnet_of(slot) == "DEFAULT" else c.subnet_of(slot),  # zonal
             orderly_security_groups=c.security_group_ids or None,
             system_disk_type=c.system_disk.type.value,
             system_disk_size=c.system_disk.size,
+            data_disks=[
+                tencentcloud.instance.InstanceDataDiskArgs(
+                    data_disk_type=d.type.value,
+                    data_disk_size=d.size,
+                    delete_with_instance=d.delete_with_instance,
+                )
+                for d in c.data_disks
+            ]
+            or None,
+            cam_role_name=c.cam_role_name,
+            placement_group_id=c.placement_group_id,
             internet_charge_type=net.charge_type.value,
             internet_max_bandwidth_out=net.max_bandwidth_out,
             allocate_public_ip=net.public_ip_assigned,

@@ -67,3 +67,32 @@ def test_scale_subresource_within_bounds(kube: Kube) -> None:
     assert kube.ok("get", "spotpool", "scalable", "-o", "jsonpath={.spec.replicas}") == "3"
     beyond = kube.run("scale", "spotpool/scalable", "--replicas=9")
     assert beyond.returncode != 0 and "replicas must lie between" in beyond.stderr
+
+
+def test_one_custom_subnet_for_two_zones_is_refused_a_subnet_per_zone_is_not(kube: Kube) -> None:
+    zones = (
+        "availabilityZone: ap-singapore-2",
+        "availabilityZones: [ap-singapore-2, ap-singapore-3]",
+    )
+    vpc = ("vpcId: DEFAULT", "vpcId: vpc-gpu1")
+    one_subnet = ("subnetId: DEFAULT", "subnetId: subnet-gpu2")
+    refused = kube.run("apply", "-f", "-", stdin=manifest("one-subnet", zones, vpc, one_subnet))
+    assert refused.returncode != 0
+    assert "a subnet lives in one zone" in refused.stderr and "subnetIds" in refused.stderr
+    no_vpc = ("subnetId: DEFAULT", "subnetIds: {ap-singapore-2: subnet-gpu2}")
+    refused = kube.run("apply", "-f", "-", stdin=manifest("no-vpc", no_vpc))
+    assert refused.returncode != 0 and "subnetIds needs the vpcId" in refused.stderr
+
+    per_zone = (
+        "subnetId: DEFAULT",
+        "subnetIds: {ap-singapore-2: subnet-gpu2, ap-singapore-3: subnet-gpu3}\n"
+        "  dataDisks: [{type: CLOUD_SSD, size: 200, deleteWithInstance: false}]\n"
+        "  camRoleName: gpu-trainer\n  placementGroupId: ps-gpu1\n"
+        "  imageIds: {GN7.2XLARGE32: img-cuda12}",
+    )
+    kube.ok("apply", "-f", "-", stdin=manifest("per-zone", zones, vpc, per_zone))
+    spec = json.loads(kube.ok("get", "spotpool", "per-zone", "-o", "json"))["spec"]
+    assert spec["subnetIds"]["ap-singapore-3"] == "subnet-gpu3"
+    assert spec["dataDisks"] == [{"type": "CLOUD_SSD", "size": 200, "deleteWithInstance": False}]
+    # One zone keeps working with its one subnetId.
+    kube.ok("apply", "-f", "-", stdin=manifest("one-zone", vpc, one_subnet))

@@ -370,3 +370,38 @@ def test_a_writer_that_lost_the_pools_lease_launches_nothing(world: EngineWorld)
 
     assert _run_requests(world) == [] and not _pool_instances(world, stack)
     assert launch_intents.read_intent(stack).slots == {}
+
+
+def test_the_complete_launch_spec_is_sent_as_the_provider_sends_it(world: EngineWorld) -> None:
+    """Per-zone subnets, data disks, a CAM role, a placement group and an image per instance
+    type: the fast path's request for each slot equals the provider's, and the up adopts."""
+    stack = _pool(world, "spec")
+    config = world.config(
+        stack,
+        2,
+        vpcId="vpc-gpu1",
+        subnetIds={"ap-singapore-2": "subnet-gpu2", "ap-singapore-3": "subnet-gpu3"},
+        dataDisks=[{"type": "CLOUD_SSD", "size": 200, "deleteWithInstance": False}, {"size": 50}],
+        camRoleName="gpu-trainer",
+        placementGroupId="ps-gpu1",
+        imageIds={"GN7.2XLARGE32": "img-22trbn9x"},
+    )
+    first = {i.slot: i.instance_id for i in stack.up(config).instances}
+    by_provider = {_slot_of(p): p for p in _run_requests(world)}
+    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": list(first.values())})
+    wait_until(lambda: not _pool_instances(world, stack), "the reclaims", timeout=30)
+
+    launched = fast_launch.launch_replacements(stack, config, [0, 1])
+
+    assert launched.failed == {} and sorted(launched.instances) == [0, 1]
+    ours = {_slot_of(p): p for p in _run_requests(world) if "ClientToken" in p}
+    for slot, subnet in ((0, "subnet-gpu2"), (1, "subnet-gpu3")):
+        assert _normalized(ours[slot]) == _normalized(by_provider[slot])
+        assert ours[slot]["VirtualPrivateCloud"] == {"VpcId": "vpc-gpu1", "SubnetId": subnet}
+        assert ours[slot]["ImageId"] == "img-22trbn9x"
+        assert ours[slot]["CamRoleName"] == "gpu-trainer"
+        assert ours[slot]["DisasterRecoverGroupIds"] == ["ps-gpu1"]
+        assert [d["DiskSize"] for d in ours[slot]["DataDisks"]] == [200, 50]
+    adopted = stack.up(config, refresh=True)
+    assert {i.slot: i.instance_id for i in adopted.instances} == launched.instances
+    assert adopted.changes.create == 0 and adopted.changes.replace == 0

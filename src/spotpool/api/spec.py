@@ -45,6 +45,16 @@ SPEC_RULES: list[tuple[str, str]] = [
         "refreshInterval must be at least 10s (reclaims are seen within seconds anyway; this "
         "is the period of the full Pulumi refresh)",
     ),
+    (
+        "!has(self.availabilityZones) || size(self.availabilityZones) <= 1 || "
+        "!has(self.subnetId) || self.subnetId == 'DEFAULT'",
+        "a subnet lives in one zone: with more than one zone set subnetIds (zone -> subnet), "
+        "not one subnetId",
+    ),
+    (
+        "!has(self.subnetIds) || (has(self.vpcId) && self.vpcId != 'DEFAULT')",
+        "subnetIds needs the vpcId the subnets belong to",
+    ),
 ]
 MIN_REFRESH_SECONDS = 10
 
@@ -109,6 +119,14 @@ class SystemDisk(Model):
     size: int = Field(100, ge=20, le=1024, description="System disk size in GB.")
 
 
+class DataDisk(Model):
+    type: DiskType = Field(DiskType.CLOUD_BSSD, description="Data disk type.")
+    size: int = Field(ge=10, le=32000, description="Data disk size in GB.")
+    delete_with_instance: bool = Field(
+        True, description="Delete the disk with its instance (false: it outlives a reclaim)."
+    )
+
+
 class InternetAccessible(Model):
     charge_type: InternetChargeType = Field(
         InternetChargeType.BANDWIDTH_POSTPAID_BY_HOUR, description="How public traffic is billed."
@@ -143,6 +161,8 @@ class TerminationNotices(Model):
     )
 
 
+SUBNET_ID = Annotated[str, Field(pattern=r"^subnet-[0-9a-z]+$", max_length=64)]
+IMAGE_ID = Annotated[str, Field(pattern=r"^img-[0-9a-z]+$", max_length=64)]
 SG_ID = Annotated[str, Field(pattern=r"^sg-[0-9a-z]+$", max_length=64)]
 ZONE = Annotated[str, Field(pattern=r"^[a-z]{2}-[a-z0-9-]+-[0-9]+$", max_length=64)]
 INSTANCE_TYPE = Annotated[str, Field(pattern=r"^[A-Za-z0-9]+\.[A-Z0-9]+$", max_length=64)]
@@ -280,6 +300,32 @@ class SpotpoolSpec(Model):
         description="Spot termination notices: an agent on each instance reports the cloud's "
         "two-minute warning and the operator starts the replacement at once.",
     )
+    subnet_ids: dict[str, SUBNET_ID] | None = Field(
+        None,
+        max_length=10,
+        description="Subnet per zone (zone -> subnet-...): a Tencent subnet lives in one zone. "
+        "A zone not listed uses subnetId. Needs vpcId.",
+    )
+    image_ids: dict[str, IMAGE_ID] | None = Field(
+        None,
+        max_length=10,
+        description="Image per instance type (type -> img-...); a type not listed boots imageId.",
+    )
+    data_disks: list[DataDisk] | None = Field(
+        None, max_length=20, description="Data disks of every instance, in order."
+    )
+    cam_role_name: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_+=,.@-]+$",
+        max_length=128,
+        description="CAM role the instances assume (credentials on the instance, no keys).",
+    )
+    placement_group_id: str | None = Field(
+        None,
+        pattern=r"^ps-[0-9a-z]+$",
+        max_length=64,
+        description="Placement (disaster recovery) group (ps-...) of every instance.",
+    )
     operator_class: str | None = Field(
         None,
         pattern=OPERATOR_CLASS,
@@ -321,6 +367,8 @@ def _holds(rule: str, spec: SpotpoolSpec) -> bool:
         SPEC_RULES[6][0]: spec.refresh_interval is None
         or not spec.refresh_interval
         or parse_duration(spec.refresh_interval) >= MIN_REFRESH_SECONDS,
+        SPEC_RULES[7][0]: len(spec.availability_zones or []) <= 1 or spec.subnet_id == "DEFAULT",
+        SPEC_RULES[8][0]: not spec.subnet_ids or spec.vpc_id != "DEFAULT",
     }
     return bool(checks[rule])
 

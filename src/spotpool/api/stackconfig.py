@@ -14,6 +14,7 @@ from pydantic import Field
 from spotpool.api.notices import NoticeAgent
 from spotpool.api.spec import (
     ChargeType,
+    DataDisk,
     InternetAccessible,
     Model,
     SpotpoolSpec,
@@ -87,6 +88,15 @@ class StackConfig(Model):
         default_factory=dict,
         description="slots with a charge type of their own: on-demand fallbacks of a spot pool",
     )
+    subnet_ids: dict[str, str] = Field(
+        default_factory=dict, description="zone -> subnet (else subnet_id)"
+    )
+    image_ids: dict[str, str] = Field(
+        default_factory=dict, description="instance type -> image (else image_id)"
+    )
+    data_disks: list[DataDisk] = Field(default_factory=list)
+    cam_role_name: str | None = None
+    placement_group_id: str | None = None
 
     @classmethod
     def from_spec(
@@ -117,6 +127,11 @@ class StackConfig(Model):
             user_data=spec.user_data,
             tags=dict(spec.tags or {}),
             notice_agent=agent,
+            subnet_ids=dict(spec.subnet_ids or {}),
+            image_ids=dict(spec.image_ids or {}),
+            data_disks=list(spec.data_disks or []),
+            cam_role_name=spec.cam_role_name,
+            placement_group_id=spec.placement_group_id,
         )
 
     def type_of(self, slot: int) -> str:
@@ -210,6 +225,14 @@ class StackConfig(Model):
         """The zone stock placement chose for the slot; else slot i lives in zone i mod
         len(zones) (the zones in order)."""
         return self.slot_zones.get(slot) or self.zones[slot % len(self.zones)]
+
+    def subnet_of(self, slot: int) -> str:
+        """The subnet of the slot's zone (a subnet lives in one zone), else subnet_id."""
+        return self.subnet_ids.get(self.zone_of(slot), self.subnet_id)
+
+    def image_of(self, slot: int) -> str:
+        """The image of the slot's instance type, else image_id."""
+        return self.image_ids.get(self.type_of(slot), self.image_id)
 
     def instance_tags(self, slot: int) -> dict[str, str]:
         return {

@@ -19,6 +19,7 @@ _RESOURCE_ID = {
     "ImageId": re.compile(r"^img-[a-z0-9]+$"),
     "VpcId": re.compile(r"^vpc-[a-z0-9]+$"),
     "SubnetId": re.compile(r"^subnet-[a-z0-9]+$"),
+    "DisasterRecoverGroupIds": re.compile(r"^ps-[a-z0-9]+$"),
     "SecurityGroupIds": re.compile(r"^sg-[a-z0-9]+$"),
 }
 CHARGE_TYPES = ("POSTPAID_BY_HOUR", "SPOTPAID")
@@ -88,6 +89,8 @@ def _check_run(ctx: Context, p: params.RunInstances) -> None:
         raise ApiError("InvalidImageId.Malformed", f"`{p.image_id}` is not a well-formed image id.")
     for group in p.security_group_ids:
         _check_id("SecurityGroupIds", group)
+    for group in p.disaster_recover_group_ids:
+        _check_id("DisasterRecoverGroupIds", group)
     vpc = p.virtual_private_cloud
     if vpc is not None:
         if vpc.vpc_id != "DEFAULT":
@@ -176,6 +179,8 @@ def _new_instance(ctx: Context, p: params.RunInstances) -> InstanceRecord:
         user_data=p.user_data,
         tags=tags,
         disable_api_termination=p.disable_api_termination,
+        cam_role_name=p.cam_role_name,
+        disaster_recover_group_id=next(iter(p.disaster_recover_group_ids), ""),
         created=ctx.now,
         latest_operation_request_id=ctx.request_id,
         transition_until=ctx.now + world.settings.boot_seconds,

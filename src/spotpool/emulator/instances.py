@@ -46,6 +46,8 @@ class InstanceRecord(BaseModel):
     tags: dict[str, str] = Field(default_factory=dict)
     disk_tags: dict[str, dict[str, str]] = Field(default_factory=dict)
     disable_api_termination: bool = False
+    cam_role_name: str = ""
+    disaster_recover_group_id: str = ""  # a placement group (ps-...)
     created: float
 
     state: str = "PENDING"
@@ -169,9 +171,9 @@ class InstanceRecord(BaseModel):
             "LatestOperationState": self.latest_operation_state,
             "LatestOperationRequestId": self.latest_operation_request_id,
             "LatestOperationErrorMsg": "",
-            "DisasterRecoverGroupId": "",
+            "DisasterRecoverGroupId": self.disaster_recover_group_id,
             "IPv6Addresses": None,
-            "CamRoleName": "",
+            "CamRoleName": self.cam_role_name,
             "HpcClusterId": "",
             "RdmaIpAddresses": None,
             "IsolatedSource": "NOTISOLATED",

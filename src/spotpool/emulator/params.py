@@ -100,6 +100,8 @@ class RunInstances(Params):
     client_token: str | None = Field(None, max_length=64)
     disable_api_termination: bool = False
     dry_run: bool = False
+    cam_role_name: str = Field("", max_length=128)
+    disaster_recover_group_ids: list[str] = Field(default_factory=list, max_length=1)
 
 
 class DescribeInstances(Paging):

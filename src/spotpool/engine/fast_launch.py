@@ -13,7 +13,8 @@ The request, field by field, is what `resourceTencentCloudInstanceCreate` of
 terraform-provider-tencentcloud v1.81.20 (resource_tc_instance.go) builds from the program's
 inputs: `GetOk` fields only when non-zero, `GetOkExists` ones (`allocate_public_ip`,
 `disable_*_service`, `disable_api_termination`) always, `keep_image_login` as "FALSE",
-`spot_instance_type` lower-cased, `user_data_raw` base64-encoded, the tags as one
+`spot_instance_type` lower-cased, `user_data_raw` base64-encoded, `placement_group_id` as
+`DisasterRecoverGroupIds`, each data disk with its schema defaults, the tags as one
 `TagSpecification` of the instance. It sets no InstanceCount: every slot differs (name,
 hostname, slot tag, generation), so there is nothing identical to batch; one call per slot.
 """
@@ -86,7 +87,7 @@ def run_instances_request(
     agent = c.notice_agent if notice_key is not None else None
     nonce = nonce if agent is not None else ""
     body: dict[str, Any] = {
-        "ImageId": c.image_id,
+        "ImageId": c.image_of(slot),
         "Placement": {"Zone": c.zone_of(slot)},
         "InstanceName": f"{c.pool.namespace}-{c.pool.name}-{slot}",
         "InstanceType": c.type_of(slot),
@@ -109,6 +110,16 @@ def run_instances_request(
         },
         "DisableApiTermination": False,
     }
+    if c.cam_role_name:
+        body["CamRoleName"] = c.cam_role_name
+    if c.placement_group_id:
+        body["DisasterRecoverGroupIds"] = [c.placement_group_id]
+    if c.data_disks:  # the provider sends its schema's defaults too (throughput, encrypt)
+        body["DataDisks"] = [
+            {"DiskType": d.type.value, "DiskSize": d.size, "ThroughputPerformance": 0,
+             "DeleteWithInstance": d.delete_with_instance, "Encrypt": False}
+            for d in c.data_disks
+        ]  # fmt: skip
     if charge is ChargeType.SPOTPAID:
         spot: dict[str, str] = {"SpotInstanceType": "one-time"}
         if c.spot_max_price:
@@ -116,8 +127,8 @@ def run_instances_request(
         body["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot}
     if c.vpc_id != "DEFAULT":  # DEFAULT: the program leaves vpc and subnet to the provider
         vpc = {"VpcId": c.vpc_id}
-        if c.subnet_id != "DEFAULT":
-            vpc["SubnetId"] = c.subnet_id
+        if c.subnet_of(slot) != "DEFAULT":  # the subnet of the slot's zone
+            vpc["SubnetId"] = c.subnet_of(slot)
         body["VirtualPrivateCloud"] = vpc
     if c.security_group_ids:
         body["SecurityGroupIds"] = list(c.security_group_ids)
