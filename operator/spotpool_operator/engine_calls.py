@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.processes import fenced, kill_runs
 from spotpool_operator.capacity import Capacity
+from spotpool_operator.cost import PriceBook
 from spotpool_operator.engine_types import CloudLookup, EngineFactory, PoolEngine
 from spotpool_operator.events import Events
 from spotpool_operator.failures import PoolProblem
@@ -54,9 +55,11 @@ class EngineCalls:
         probe: FleetProbe | None = None,
         shards: ShardLeases | None = None,
         capacity: Capacity | None = None,
+        prices: PriceBook | None = None,
     ) -> None:
         self.settings = settings
         self.capacity = capacity  # stock-aware placement of new slots (None: spec order)
+        self.prices = prices  # what each status write says the pool costs (None: no cost)
         self.cluster = cluster
         self.events = events
         self.metrics = metrics

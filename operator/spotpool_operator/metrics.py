@@ -169,6 +169,20 @@ class Metrics:
             ["namespace", "pool"],
             registry=self.registry,
         )
+        self.hourly_cost = Gauge(
+            "spotpool_pool_hourly_cost",
+            "What each pool's instances cost an hour now (status.hourlyCost: the sum of their "
+            "spot or on-demand prices, in the cloud's currency); absent while a price is unknown.",
+            ["namespace", "pool"],
+            registry=self.registry,
+        )
+        self.hourly_savings = Gauge(
+            "spotpool_pool_hourly_savings",
+            "What each pool saves an hour against the same instances on demand "
+            "(status.onDemandHourlyCost minus status.hourlyCost).",
+            ["namespace", "pool"],
+            registry=self.registry,
+        )
         self.reclaims = Counter(
             "spotpool_reclaims",
             "Spot instances the cloud reclaimed, by pool, zone and instance type.",
@@ -229,8 +243,21 @@ class Metrics:
         missing = max(0, status.replicas - status.ready_replicas)
         self.missing.labels(namespace, name).set(missing)
         self._gap.observe((namespace, name), missing > 0)
+        self._observe_cost(namespace, name, status)
         self._phases[(namespace, name)] = (status.phase or Phase.PENDING).value
         self._count_phases()
+
+    def _observe_cost(self, namespace: str, name: str, status: SpotpoolStatus) -> None:
+        cost, full = status.hourly_cost, status.on_demand_hourly_cost
+        for gauge, value in (
+            (self.hourly_cost, cost),
+            (self.hourly_savings, None if cost is None or full is None else full - cost),
+        ):
+            if value is None:  # unknown: no series rather than a wrong one
+                with contextlib.suppress(KeyError):
+                    gauge.remove(namespace, name)
+            else:
+                gauge.labels(namespace, name).set(round(value, 6))
 
     def observe_reclaims(
         self, namespace: str, name: str, status: SpotpoolStatus, slots: Iterable[int]
@@ -271,7 +298,10 @@ class Metrics:
         self.registry.register(_TokenBuckets(buckets))
 
     def forget_pool(self, namespace: str, name: str) -> None:
-        for metric in (self.desired, self.instances, self.ready, self.missing):
+        for metric in (
+            self.desired, self.instances, self.ready, self.missing, self.hourly_cost,
+            self.hourly_savings,
+        ):  # fmt: skip
             with contextlib.suppress(KeyError):
                 metric.remove(namespace, name)
         for labels in self._reclaim_labels.pop((namespace, name), set()):

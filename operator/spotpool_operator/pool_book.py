@@ -148,6 +148,8 @@ class PoolBook(EngineCalls):
         ref.logger.warning("%s failed: %s: %s", kind, problem.reason, problem.message)
 
     async def _write(self, pool: PoolState, ref: PoolRef, status: SpotpoolStatus) -> None:
+        if self.prices is not None and self.serving(ref):  # what its instances cost now
+            status = await self.prices.price_async(status, pool.credentials, ref.spec, pool.status)
         before, pool.status = pool.status, status
         if not self.serving(ref):
             return  # the shard's new holder writes the status now

@@ -18,6 +18,7 @@ from spotpool.engine.stack import PoolStack, forget_stack
 from spotpool_operator import handlers
 from spotpool_operator.capacity import Capacity, CapacitySettings, stock_lister
 from spotpool_operator.cloudcheck import cloud_lookup
+from spotpool_operator.cost import PriceBook, price_lister
 from spotpool_operator.events import KopfEvents
 from spotpool_operator.fleet import FleetProbe
 from spotpool_operator.kube import KubeCluster
@@ -81,6 +82,7 @@ def run(settings: OperatorSettings) -> None:
         capacity=Capacity(
             stock_lister(endpoint), CapacitySettings(avoid_seconds=settings.avoid_seconds)
         ),
+        prices=PriceBook(price_lister(endpoint)),
     )
     registry = kopf.OperatorRegistry()
     handlers.register(registry, reconciler)

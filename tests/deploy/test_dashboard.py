@@ -76,6 +76,7 @@ def test_every_query_parses_and_names_what_the_operator_exports(
     buckets.bucket("AKIDexample", "ap-singapore", "DescribeInstances").take()
     status = SpotpoolStatus(
         replicas=2, ready_replicas=1, size=1, phase=Phase.CONVERGING,
+        hourly_cost=0.444, on_demand_hourly_cost=2.22,
         instances=[Instance(instance_id="ins-1", slot=0, zone="ap-singapore-2",
                             instance_type="GN7.2XLARGE32", state="RUNNING")],
     )  # fmt: skip
@@ -98,6 +99,7 @@ def test_every_query_parses_and_names_what_the_operator_exports(
         "spotpool_cloud_api_calls_total", "spotpool_cloud_api_bucket_fill_ratio",
         "spotpool_failures_total", "spotpool_shard_held", "spotpool_shard_pools",
         "spotpool_notice_reports_total", "spotpool_surges_total",
+        "spotpool_pool_hourly_cost", "spotpool_pool_hourly_savings",
     }  # fmt: skip
 
 

@@ -114,6 +114,13 @@ def render() -> dict[str, Any]:
                             "Instances running on-demand: a spot pool's fallbacks.",
                         ),
                         _column("Age", "date", ".metadata.creationTimestamp"),
+                        _column(
+                            "Cost",
+                            "number",
+                            ".status.hourlyCost",
+                            0,
+                            "What the pool's instances cost an hour now (status.hourlyCost).",
+                        ),
                         # -o wide: which install, and trouble at a glance, without -o yaml
                         _column(
                             "Class",

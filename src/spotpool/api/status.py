@@ -46,6 +46,12 @@ class Instance(Model):
         description="The instance's generation, drawn at its create: its termination-notice "
         "token is bound to it (not a secret).",
     )
+    price: float | None = Field(
+        None,
+        ge=0,
+        description="Hourly price of this instance as the cloud lists it for its zone and type: "
+        "the spot price, or the on-demand price for an on-demand (POSTPAID_BY_HOUR) one.",
+    )
 
 
 class Condition(Model):
@@ -145,4 +151,16 @@ class SpotpoolStatus(Model):
     notices: Notices = Field(default_factory=Notices)
     on_demand_replicas: int = Field(
         0, description="Instances running on-demand (POSTPAID_BY_HOUR): a spot pool's fallbacks."
+    )
+    hourly_cost: float | None = Field(
+        None,
+        ge=0,
+        description="What the pool's instances cost an hour now: the sum of their prices "
+        "(the cloud's currency; unset while a price is unknown).",
+    )
+    on_demand_hourly_cost: float | None = Field(
+        None,
+        ge=0,
+        description="What the same instances would cost an hour on demand: hourlyCost's "
+        "comparison (the savings are the difference).",
     )

@@ -1,0 +1,178 @@
+"""What a pool costs: each instance's hourly price from the cloud's price list
+(DescribeZoneInstanceConfigInfos: spot and on-demand per zone x type), summed into
+`status.hourlyCost`, beside `status.onDemandHourlyCost`, what the same instances would cost on
+demand.
+
+Prices are looked up once per (key pair, region) and zone x type set, and kept `ttl` seconds:
+pools of the same account share them, and a status write within the TTL asks the cloud
+nothing. The call goes through the same reused client and token bucket as every other direct
+call. A failed look-up never fails a write: the prices held (however old), else the
+instances' earlier prices, serve; a pool with an instance of unknown price shows no cost.
+"""
+
+import asyncio
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from spotpool.api.spec import ChargeType
+from spotpool.api.status import Instance, SpotpoolStatus
+from spotpool.engine import cloud, prices
+from spotpool.engine.credentials import Credentials
+
+log = logging.getLogger("spotpool_operator.cost")
+
+Pair = tuple[str, str]  # zone, instance type
+Quote = tuple[float | None, float | None]  # spot, on-demand: an hour
+# (credentials, region, zones, types) -> (zone, type) -> quote: engine/stock.py, via a client.
+PriceLister = Callable[[Credentials, str, list[str], list[str]], dict[Pair, Quote]]
+DIGITS = 6  # prices carry 4 decimals; sums are rounded past float noise
+
+
+def instance_price(
+    instance: Instance, quote: Quote | None, pool_charge: ChargeType
+) -> float | None:
+    """What the instance costs an hour: the on-demand price for an on-demand instance, else
+    the spot price."""
+    if quote is None:
+        return None
+    charge = instance.charge_type or pool_charge
+    return quote[1] if charge == ChargeType.POSTPAID_BY_HOUR else quote[0]
+
+
+def priced(
+    status: SpotpoolStatus,
+    quotes: Mapping[Pair, Quote],
+    pool_charge: ChargeType,
+    before: SpotpoolStatus | None = None,
+) -> SpotpoolStatus:
+    """`status` with each instance's price and the pool's hourly cost and on-demand cost.
+
+    An instance whose zone x type has no quote keeps the price `before` gave it (same
+    instance id); a total with any unknown part is left unset rather than understated."""
+    earlier = {i.instance_id: i.price for i in (before.instances if before else [])}
+    instances: list[Instance] = []
+    cost: float | None = 0.0
+    on_demand: float | None = 0.0
+    for instance in status.instances:
+        quote = quotes.get((instance.zone or "", instance.instance_type or ""))
+        price = instance_price(instance, quote, pool_charge)
+        if price is None:
+            price = earlier.get(instance.instance_id, instance.price)
+        full = quote[1] if quote is not None else None
+        if full is None and (instance.charge_type or pool_charge) == ChargeType.POSTPAID_BY_HOUR:
+            full = price  # an on-demand instance's price is its on-demand price
+        cost = None if cost is None or price is None else cost + price
+        on_demand = None if on_demand is None or full is None else on_demand + full
+        instances.append(instance.model_copy(update={"price": price}))
+    return status.model_copy(
+        update={
+            "instances": instances,
+            "hourly_cost": None if cost is None else round(cost, DIGITS),
+            "on_demand_hourly_cost": None if on_demand is None else round(on_demand, DIGITS),
+        }
+    )
+
+
+def savings(status: SpotpoolStatus) -> float | None:
+    """On-demand cost minus actual cost an hour (None while either is unknown)."""
+    if status.hourly_cost is None or status.on_demand_hourly_cost is None:
+        return None
+    return round(status.on_demand_hourly_cost - status.hourly_cost, DIGITS)
+
+
+class PriceBook:
+    """Prices per (key pair, region) and zone x type, cached `ttl` seconds."""
+
+    def __init__(
+        self,
+        lister: PriceLister | None,
+        ttl: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.lister = lister
+        self.ttl = ttl
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._quotes: dict[tuple[str, str], dict[Pair, tuple[float, Quote]]] = {}
+        self._failed: dict[tuple[str, str], float] = {}  # when a failed look-up may be retried
+        self.lookups = 0  # price calls made (for tests)
+
+    def quotes(
+        self, credentials: Credentials, region: str, pairs: Iterable[Pair]
+    ) -> dict[Pair, Quote]:
+        """The quotes of `pairs`: held ones within the TTL, the rest in one call for them all."""
+        wanted = set(pairs)
+        account = (_account(credentials), region)
+        now = self.clock()
+        with self._lock:
+            held = dict(self._quotes.get(account, {}))
+            retry_at = self._failed.get(account, 0.0)
+        fresh = all(p in held and now - held[p][0] < self.ttl for p in wanted)
+        if wanted and not fresh and self.lister is not None and now >= retry_at:
+            zones, types = sorted({z for z, _ in wanted}), sorted({t for _, t in wanted})
+            try:
+                found = self.lister(credentials, region, zones, types)
+            except Exception as error:  # throttled or failing: the held prices serve
+                log.warning("price look-up in %s failed (%s): keeping the prices held", region,
+                            getattr(error, "code", None) or type(error).__name__)  # fmt: skip
+                with self._lock:
+                    self._failed[account] = now + min(self.ttl, 30.0)
+            else:
+                with self._lock:
+                    self.lookups += 1
+                    book = self._quotes.setdefault(account, {})
+                    book.update({pair: (now, quote) for pair, quote in found.items()})
+                    held = dict(book)
+                    self._failed.pop(account, None)
+        return {pair: held[pair][1] for pair in wanted if pair in held}
+
+    def price(
+        self,
+        status: SpotpoolStatus,
+        credentials: Credentials | None,
+        spec: Mapping[str, Any],
+        before: SpotpoolStatus | None = None,
+    ) -> SpotpoolStatus:
+        """`status` priced for a pool of `spec` (its region and charge type)."""
+        charge = ChargeType(spec.get("instanceChargeType") or ChargeType.SPOTPAID)
+        region = str(spec.get("region") or "")
+        pairs = {(i.zone, i.instance_type) for i in status.instances if i.zone and i.instance_type}
+        quotes: dict[Pair, Quote] = {}
+        if credentials is not None and region and pairs:
+            quotes = self.quotes(credentials, region, pairs)
+        return priced(status, quotes, charge, before)
+
+    async def price_async(
+        self,
+        status: SpotpoolStatus,
+        credentials: Credentials | None,
+        spec: Mapping[str, Any],
+        before: SpotpoolStatus | None = None,
+    ) -> SpotpoolStatus:
+        """`price` off the event loop (it may call the cloud); never raises."""
+        try:
+            return await asyncio.to_thread(self.price, status, credentials, spec, before)
+        except Exception as error:  # a bad spec or price: the write goes on without a cost
+            log.warning("could not price the pool: %s", type(error).__name__)
+            return status
+
+
+def price_lister(endpoint: str | None) -> PriceLister:
+    """Prices from the real cloud, or from the emulator at `endpoint`, on the reused clients."""
+
+    def lister(
+        credentials: Credentials, region: str, zones: list[str], types: list[str]
+    ) -> dict[Pair, Quote]:
+        return prices.hourly_prices(cloud.cvm(credentials, region, endpoint), zones, types)
+
+    return lister
+
+
+def _account(credentials: Credentials) -> str:
+    """The key pair as a cache key (a digest: a SecretKey is never held in clear here)."""
+    secret = credentials.secret_key.get_secret_value().encode()
+    return credentials.secret_id.get_secret_value() + hashlib.sha256(secret).hexdigest()[:16]
