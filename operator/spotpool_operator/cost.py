@@ -3,11 +3,12 @@
 `status.hourlyCost`, beside `status.onDemandHourlyCost`, what the same instances would cost on
 demand.
 
-Prices are looked up once per (key pair, region) and zone x type set, and kept `ttl` seconds:
-pools of the same account share them, and a status write within the TTL asks the cloud
-nothing. The call goes through the same reused client and token bucket as every other direct
-call. A failed look-up never fails a write: the prices held (however old), else the
-instances' earlier prices, serve; a pool with an instance of unknown price shows no cost.
+Prices are looked up per (key pair, region), every zone x type held for it in one call, and
+kept `ttl` seconds: pools of the same account share them (about one call a TTL between them),
+and a status write within the TTL asks the cloud nothing. The call goes through the same
+reused client and token bucket as every other direct call. A failed look-up never fails a
+write: the prices held (however old), else the instances' earlier prices, serve; a pool with
+an instance of unknown price shows no cost.
 """
 
 import asyncio
@@ -29,6 +30,7 @@ Pair = tuple[str, str]  # zone, instance type
 Quote = tuple[float | None, float | None]  # spot, on-demand: an hour
 # (credentials, region, zones, types) -> (zone, type) -> quote: engine/stock.py, via a client.
 PriceLister = Callable[[Credentials, str, list[str], list[str]], dict[Pair, Quote]]
+MAX_VALUES = 100  # values a DescribeZoneInstanceConfigInfos filter takes
 DIGITS = 6  # prices carry 4 decimals; sums are rounded past float noise
 
 
@@ -113,7 +115,7 @@ class PriceBook:
             retry_at = self._failed.get(account, 0.0)
         fresh = all(p in held and now - held[p][0] < self.ttl for p in wanted)
         if wanted and not fresh and self.lister is not None and now >= retry_at:
-            zones, types = sorted({z for z, _ in wanted}), sorted({t for _, t in wanted})
+            zones, types = _asked(wanted, held)
             try:
                 found = self.lister(credentials, region, zones, types)
             except Exception as error:  # throttled or failing: the held prices serve
@@ -159,6 +161,19 @@ class PriceBook:
         except Exception as error:  # a bad spec or price: the write goes on without a cost
             log.warning("could not price the pool: %s", type(error).__name__)
             return status
+
+
+def _asked(
+    wanted: set[Pair], held: Mapping[Pair, tuple[float, Quote]]
+) -> tuple[list[str], list[str]]:
+    """The zones and types one call asks for: the wanted pairs', and every pair held for the
+    account and region too (the same call renews them all, so pools of one account ask about
+    once a TTL together), within the API's 100 values a filter."""
+    zones, types = {z for z, _ in wanted}, {t for _, t in wanted}
+    more_zones, more_types = zones | {z for z, _ in held}, types | {t for _, t in held}
+    if len(more_zones) <= MAX_VALUES and len(more_types) <= MAX_VALUES:
+        zones, types = more_zones, more_types
+    return sorted(zones), sorted(types)
 
 
 def price_lister(endpoint: str | None) -> PriceLister:

@@ -108,12 +108,18 @@ def test_prices_are_looked_up_once_per_ttl_and_shared_by_pools_of_an_account() -
     assert book.price(pool(instance(5)), KEYS, SPEC).hourly_cost == 0.444
     assert book.price(pool(instance(0), instance(1, Z2)), KEYS, SPEC).hourly_cost == 0.944
     assert len(lister.calls) == book.lookups == 1
-    # a zone x type not held yet: one call for the pool's pairs
+    # a zone x type not held yet: one call, which renews the pairs held too
     book.price(pool(instance(0), instance(1, kind=CPU)), KEYS, SPEC)
-    assert lister.calls[-1] == ("ap-singapore", [Z1], [GPU, CPU])
-    clock.now += 61  # stale: asked again
+    assert lister.calls[-1] == ("ap-singapore", [Z1, Z2], [GPU, CPU])
+    clock.now += 61  # stale: asked again, once for every pool of the account
     book.price(pool(instance(0)), KEYS, SPEC)
+    assert lister.calls[-1] == ("ap-singapore", [Z1, Z2], [GPU, CPU])
+    book.price(pool(instance(1, Z2)), KEYS, SPEC)
+    book.price(pool(instance(2, kind=CPU)), KEYS, SPEC)
     assert len(lister.calls) == 3
+    # another region or key pair is priced apart
+    book.price(pool(instance(0)), KEYS, {**SPEC, "region": "ap-tokyo"})
+    assert lister.calls[-1] == ("ap-tokyo", [Z1], [GPU]) and len(lister.calls) == 4
 
 
 def test_a_failed_look_up_serves_the_prices_held_and_is_not_retried_at_once() -> None:
