@@ -13,10 +13,18 @@ UTS namespace of its own (`unshare --uts`), as a replaced pod.
    all: stuck locks, leaked instances (tagged for a pool, not in its status) and duplicated
    slots.
 
+With `--slow-replica S` the chaos runs two sharded replicas (`--shards`) on one backend, replica
+A reaching the API server through a TCP proxy that holds every chunk S seconds each way
+(spotpool.localworld.slow_proxy), and each round SIGKILLs one of them at random. It prints too
+the runs of the two replicas that overlapped on one stack, from their logs
+(spotpool.localworld.run_log). The restart part runs one replica: it is skipped then.
+
     .venv/bin/python bench/restart_chaos.py [--pools 100] [--kills 20] [--chaos-pools 4]
+        [--slow-replica 0.15 --shards 4]
 """
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -26,6 +34,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from spotpool.localworld.operator import OperatorWorld, local_world, pool_manifest  # noqa: E402
+from spotpool.localworld.run_log import kill_marker, overlaps, runs  # noqa: E402
+from spotpool.localworld.slow_proxy import StallProxy, target_of  # noqa: E402
 
 CRD = ROOT / "crds" / "devops.jokerbai.com_spotpools.yaml"
 
@@ -52,7 +63,12 @@ def _all_ready(world: OperatorWorld, namespace: str, wanted: dict[str, int]) -> 
 
 
 def _restart_under_a_new_name(world: OperatorWorld, kill: bool) -> None:
-    world.kill() if kill else world.stop()
+    if kill:
+        world.kill()
+        with world.log.open("a") as log:  # its runs ended no later than now (run_log.py)
+            log.write(kill_marker(time.time()))
+    else:
+        world.stop()
     world.hostname = f"spotpool-operator-{uuid.uuid4().hex[:5]}"
     world.start()
 
@@ -85,8 +101,17 @@ def restart(world: OperatorWorld, pools: int) -> None:
     )
 
 
-def chaos(world: OperatorWorld, pools: int, kills: int, window: float, seed: int) -> None:
+def chaos(
+    world: OperatorWorld,
+    pools: int,
+    kills: int,
+    window: float,
+    seed: int,
+    others: list[OperatorWorld] | None = None,
+) -> None:
+    """`others`: more replicas sharing the pools (sharded): each round kills one at random."""
     rng = random.Random(seed)
+    replicas = [world, *(others or [])]
     namespace = world.namespace()
     wanted = {f"c-{n}": 2 for n in range(pools)}
     for name, count in wanted.items():
@@ -105,7 +130,8 @@ def chaos(world: OperatorWorld, pools: int, kills: int, window: float, seed: int
             world.emulator.admin("POST", "/_emulator/reclaim", {"InstanceIds": [victim]})
         time.sleep(rng.uniform(0, window))
         t0 = time.monotonic()
-        _restart_under_a_new_name(world, kill=True)
+        killed = rng.randrange(len(replicas))
+        _restart_under_a_new_name(replicas[killed], kill=True)
         world.wait_until(lambda: _all_ready(world, namespace, wanted), "converged", 900)
         times.append(time.monotonic() - t0)
         for name in wanted:
@@ -117,12 +143,35 @@ def chaos(world: OperatorWorld, pools: int, kills: int, window: float, seed: int
             slots = [i.get("slot") for i in pool.get("status", {}).get("instances") or []]
             duplicated += len(slots) - len(set(slots))
         stuck += sum(1 for _ in locks.glob(f"**/{namespace}.*/*.json"))
-        print(f"  kill {n + 1:2d}: converged again in {times[-1]:5.1f} s", flush=True)
+        which = f" (replica {killed} killed)" if len(replicas) > 1 else ""
+        print(f"  kill {n + 1:2d}{which}: converged again in {times[-1]:5.1f} s", flush=True)
     print(
         f"  {kills} SIGKILLs with a hostname change each: converge p50 "
         f"{statistics.median(times):.1f} s, max {max(times):.1f} s; stuck locks {stuck}, "
         f"leaked instances {leaked}, duplicated slots {duplicated}"
     )
+    if len(replicas) > 1:
+        logs = {f"replica {n}": r.log for n, r in enumerate(replicas)}
+        found, count = overlaps(logs, time.time())
+        each = ", ".join(
+            f"{name} {sum(len(s) for s in runs(log, time.time()).values())}"
+            for name, log in logs.items()
+        )
+        print(f"  {count} engine runs by {len(replicas)} replicas ({each}); overlapping on one "
+              f"stack: {len(found)}")  # fmt: skip
+        for overlap in found:
+            print(f"    overlap: {overlap}")
+
+
+@contextlib.contextmanager
+def _slow(world: OperatorWorld, delay: float) -> Iterator[Path]:
+    """A kubeconfig whose API server is reached through a proxy adding `delay` s per chunk."""
+    proxy = StallProxy(*target_of(world.kube.kubeconfig))
+    proxy.delay = delay
+    try:
+        yield proxy.kubeconfig(world.kube.kubeconfig, world.directory / "kubeconfig-slow")
+    finally:
+        proxy.close()
 
 
 def main() -> None:
@@ -132,6 +181,10 @@ def main() -> None:
     parser.add_argument("--chaos-pools", type=int, default=4)
     parser.add_argument("--window", type=float, default=6.0)
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--slow-replica", type=float, default=0.0, metavar="SECONDS",
+                        help="chaos with two replicas, A's API-server connection this much "
+                        "slower each way per chunk (0: one replica)")  # fmt: skip
+    parser.add_argument("--shards", type=int, default=4)
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores")
     with (
@@ -139,14 +192,34 @@ def main() -> None:
         local_world(
             Path(tmp), boot_seconds=0, refresh_seconds=600, hostname="spotpool-operator-first"
         ) as world,
+        contextlib.ExitStack() as stack,  # left first: replica B and the proxy stop first
     ):
+        others: list[OperatorWorld] = []
+        if args.slow_replica > 0:
+            proxy = stack.enter_context(_slow(world, args.slow_replica))
+            backend = f"file://{world.directory / 'backend'}"
+            shards = {"SPOTPOOL_SHARDS": str(args.shards)}
+            world.env = {**shards, "KUBECONFIG": str(proxy)}
+            (world.directory / "b").mkdir()
+            b = OperatorWorld(
+                world.kube, world.emulator, world.directory / "b", refresh_seconds=600,
+                hostname="spotpool-operator-b-first", backend_url=backend, env=shards,
+            )  # fmt: skip
+            others.append(b)
+            stack.callback(b.stop)
         world.start()
-        if args.pools:
+        for other in others:
+            other.start()
+        if args.pools and others:
+            print("restart: skipped (it runs one replica)")
+        elif args.pools:
             print(f"restart over {args.pools} converged pools:")
             restart(world, args.pools)
         if args.kills:
             print(f"chaos: {args.kills} kills over {args.chaos_pools} pools:")
-            chaos(world, args.chaos_pools, args.kills, args.window, args.seed)
+            slow = f" (replica 0 slowed {args.slow_replica} s each way)" if others else ""
+            print(f"  {1 + len(others)} replica(s){slow}")
+            chaos(world, args.chaos_pools, args.kills, args.window, args.seed, others)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -18,7 +18,7 @@ import pytest
 from spotpool_operator.shards import ShardLeases
 
 from spotpool.localworld.kube import Kube
-from tests.e2e.stall_proxy import StallProxy, target_of
+from spotpool.localworld.slow_proxy import StallProxy, target_of
 
 pytestmark = pytest.mark.e2e
 SHARDS, D, AHEAD = 4, 6.0, 15.0

@@ -15,8 +15,8 @@ import pytest
 
 from spotpool.localworld.emulator import start_emulator
 from spotpool.localworld.kube import Kube
+from spotpool.localworld.slow_proxy import StallProxy, target_of
 from tests.conftest import require_tool
-from tests.e2e.stall_proxy import StallProxy, target_of
 from tests.operator.world import OperatorWorld, pool_manifest
 
 pytestmark = pytest.mark.e2e

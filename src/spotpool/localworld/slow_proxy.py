@@ -60,7 +60,8 @@ class StallProxy:
         """A copy of `original` whose server is this proxy (same TLS: 127.0.0.1 either way)."""
         text = original.read_text()
         proxied = re.sub(r"(server:\s*https://127\.0\.0\.1:)\d+", rf"\g<1>{self.port}", text)
-        assert proxied != text, "the kubeconfig names no 127.0.0.1 server"
+        if proxied == text:
+            raise ValueError("the kubeconfig names no 127.0.0.1 server")
         into.write_text(proxied)
         return into
 
@@ -71,5 +72,6 @@ class StallProxy:
 
 def target_of(kubeconfig: Path) -> tuple[str, int]:
     found = re.search(r"server:\s*https://(127\.0\.0\.1):(\d+)", kubeconfig.read_text())
-    assert found, "the kubeconfig names no 127.0.0.1 server"
+    if not found:
+        raise ValueError("the kubeconfig names no 127.0.0.1 server")
     return found[1], int(found[2])
