@@ -284,17 +284,17 @@ def test_destroy_terminates_a_fast_path_instance_not_adopted_yet(world: EngineWo
 
 
 def test_keys_vpc_on_demand_no_agent_and_a_slot_still_held(world: EngineWorld) -> None:
-    """The other inputs' shapes: SSH key ids instead of a password, a VPC and subnet of its
-    own, no public bandwidth and no public IP, no user data and no agent (so no nonce), and a
-    spot pool's slot fallen back to on-demand (no market options). The fast path launched
-    while the slot's instance still runs (a notice, say) is left alone by the up — neither
-    adopted nor terminated: the slot keeps one instance."""
+    """The other inputs' shapes: SSH key ids instead of a password, a VPC and subnets of its
+    own (one per zone), no public bandwidth and no public IP, no user data and no agent (so no
+    nonce), and a spot pool's slot fallen back to on-demand (no market options). The fast path
+    launched while the slot's instance still runs (a notice, say) is left alone by the up —
+    neither adopted nor terminated: the slot keeps one instance."""
     stack = _pool(world, "plain")
     config = world.config(
         stack,
         2,
         vpcId="vpc-abc12345",
-        subnetId="subnet-abc12345",
+        subnetIds={"ap-singapore-2": "subnet-abc12345", "ap-singapore-3": "subnet-def12345"},
         loginSettings={"keyIds": ["skey-abc123"]},
         internetAccessible={"maxBandwidthOut": 0, "publicIpAssigned": False},
     )
