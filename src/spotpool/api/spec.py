@@ -191,6 +191,43 @@ class OnDemandFallback(Model):
     )
 
 
+class Disruption(Model):
+    """How far a change that replaces instances (image, user data, type, notices on) may go at
+    once: the replaced slots are converged in batches of at most maxUnavailable + maxSurge."""
+
+    model_config = ConfigDict(
+        **Model.model_config,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.maxUnavailable + self.maxSurge > 0",
+                    "message": "maxUnavailable and maxSurge cannot both be 0",
+                }
+            ]
+        },
+    )
+
+    max_unavailable: int = Field(
+        1,
+        ge=0,
+        le=MAX_POOL_SIZE,
+        description="Slots per batch whose old instance goes before its new one is made.",
+    )
+    max_surge: int = Field(
+        1,
+        ge=0,
+        le=MAX_POOL_SIZE,
+        description="Slots per batch whose new instance is made before the old one goes: "
+        "at most replicas + maxSurge instances at any time.",
+    )
+
+    @model_validator(mode="after")
+    def _some_progress(self) -> "Disruption":
+        if self.max_unavailable + self.max_surge == 0:
+            raise ValueError("maxUnavailable and maxSurge cannot both be 0")
+        return self
+
+
 class SpotpoolSpec(Model):
     """What pool to keep: where, of which machines, and how many."""
 
@@ -294,6 +331,12 @@ class SpotpoolSpec(Model):
     on_demand_fallback: OnDemandFallback | None = Field(
         None,
         description="On-demand instances for slots no spot offering can fill (off by default).",
+    )
+    disruption: Disruption = Field(
+        default_factory=Disruption,
+        description="Bounded voluntary disruption: a change that replaces instances is rolled "
+        "out in batches (maxUnavailable + maxSurge slots each); slots listed in the annotation "
+        "devops.jokerbai.com/do-not-disrupt go last.",
     )
     termination_notices: TerminationNotices = Field(
         default_factory=TerminationNotices,

@@ -53,6 +53,9 @@ class OperationResult(BaseModel):
     instance_changes: Changes | None = Field(
         None, description="preview: cloud instances by operation (not every Pulumi resource)"
     )
+    replaced_slots: list[int] = Field(
+        default_factory=list, description="preview: slots whose instance the change replaces"
+    )
     recovered: list[str] = Field(
         default_factory=list, description="what was repaired before the operation ran"
     )

@@ -30,6 +30,7 @@ from spotpool.api.stackconfig import (
 )
 from spotpool.engine import api_proxy, cloud_errors, launch_intents, recovery
 from spotpool.engine.credentials import Credentials
+from spotpool.engine.disruption import replaced_slots
 from spotpool.engine.errors import (
     EngineError,
     InstancesRemain,
@@ -140,11 +141,13 @@ class PoolStack:
         refresh: bool = False,
         replan: Replan | None = None,
         fresh: Iterable[int] = (),
+        target: Sequence[str] = (),
     ) -> OperationResult:
         """Converge to `config`. When the cloud has no stock for a slot, `replan` places it
         elsewhere (by default: the next of `instanceTypes`) and the up runs again. `refresh`:
         look at the cloud first, in the same run (instances gone while nobody watched).
-        `fresh`: slots whose instance is gone (their next one is a new generation)."""
+        `fresh`: slots whose instance is gone (their next one is a new generation).
+        `target`: only these URNs (a rollout's batch, rollout.py); the rest stay as they are."""
         with self._operation(OperationKind.UP) as (stack, result, state):
             surging, slot_urns = _ids_by_surge(state), _slot_urns(state)
             if refresh and config.notice_agent is not None and slot_urns:
@@ -183,7 +186,7 @@ class PoolStack:
                 try:
                     reply = stack.up(
                         on_event=self._printer(), color="never", suppress_outputs=True,
-                        refresh=refresh,
+                        refresh=refresh, target=list(target) or None,
                     )  # fmt: skip
                     break
                 except auto.CommandError as err:
@@ -392,6 +395,7 @@ class PoolStack:
             stack=self.name,
             changes=changes_from_summary(reply.change_summary),
             instance_changes=changes_by_resource(steps),
+            replaced_slots=replaced_slots(steps),
             diff="\n".join(lines),
             seconds=round(time.monotonic() - started, 2),
         )

@@ -7,6 +7,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from spotpool.api.spec import GROUP, KIND, VERSION, SpotpoolSpec
+from spotpool.engine.disruption import DO_NOT_DISRUPT, parse_do_not_disrupt
 
 API_VERSION = f"{GROUP}/{VERSION}"
 
@@ -17,6 +18,7 @@ class Manifest(BaseModel):
     name: str
     spec: SpotpoolSpec | None = None
     error: str | None = None
+    do_not_disrupt: frozenset[int] = frozenset()  # the annotation's slots (disruption.py)
 
 
 def find(paths: list[Path], default_namespace: str = "default") -> list[Manifest]:
@@ -57,4 +59,5 @@ def _manifest(file: Path, doc: dict[str, Any], default_namespace: str) -> Manife
             for e in err.errors()
         )
         return Manifest(file=str(file), namespace=namespace, name=name, error=problems)
-    return Manifest(file=str(file), namespace=namespace, name=name, spec=spec)
+    kept = parse_do_not_disrupt((meta.get("annotations") or {}).get(DO_NOT_DISRUPT))
+    return Manifest(file=str(file), namespace=namespace, name=name, spec=spec, do_not_disrupt=kept)

@@ -31,6 +31,7 @@ def to_json(previews: list[PoolPreview]) -> str:
             "changes": p.changes.model_dump() if p.changes else None,
             "error": p.error,
             "removed": p.removed,
+            "batches": p.batches,
         }
         for p in previews
     ]
@@ -50,6 +51,12 @@ def _resources(changes: Changes) -> str:
         f"Pulumi resources: {create} to create, {update} to update, {replace} to replace, "
         f"{delete} to delete, {changes.same} unchanged"
     )
+
+
+def _batches(p: PoolPreview) -> str:
+    """How spec.disruption rolls the replacements out."""
+    slots = ", ".join(str(s) for s in p.replaced_slots)
+    return f"Instances replaced in {p.batches} batch(es) (spec.disruption), slots {slots}"
 
 
 def to_markdown(previews: list[PoolPreview]) -> str:
@@ -72,6 +79,8 @@ def to_markdown(previews: list[PoolPreview]) -> str:
         lines += ["", f"<details><summary><code>{p.namespace}/{p.name}</code>{where}</summary>", ""]
         if p.changes is not None and not p.error:
             lines += [_resources(p.changes) + ":", ""]
+        if p.batches and not p.error:
+            lines += [_batches(p) + ".", ""]
         body = f"Error: {p.error}" if p.error else (p.diff.strip() or "no changes")
         lines += ["```diff" if not p.error else "```", body, "```", "", "</details>"]
     return "\n".join(lines) + "\n"
@@ -91,4 +100,6 @@ def to_text(previews: list[PoolPreview]) -> str:
         )
         if p.changes is not None:
             lines.append(f"  {_resources(p.changes)}")
+        if p.batches:
+            lines.append(f"  {_batches(p)}")
     return "\n".join(lines) + "\n"

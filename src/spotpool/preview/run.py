@@ -9,6 +9,7 @@ from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.api.status import Changes
 from spotpool.engine import inventory
 from spotpool.engine.credentials import Credentials
+from spotpool.engine.disruption import batch_count
 from spotpool.engine.settings import EngineSettings
 from spotpool.engine.stack import EngineError, PoolStack
 from spotpool.preview.manifests import Manifest
@@ -27,6 +28,8 @@ class PoolPreview(BaseModel):
     diff: str = ""
     error: str | None = None
     removed: bool = False  # the change deletes the manifest
+    replaced_slots: list[int] = []  # slots whose instance the change replaces
+    batches: int | None = None  # how many batches spec.disruption rolls them out in
 
 
 def preview_manifests(
@@ -54,6 +57,11 @@ def preview_manifests(
             config = StackConfig.from_spec(pool, manifest.spec, notice_url)
             stack = PoolStack(pool, settings, credentials, config.region)
             _run(entry, stack, config, kept_secrets(applied, config))
+            bounds = manifest.spec.disruption
+            entry.batches = batch_count(
+                entry.replaced_slots, bounds.max_unavailable, bounds.max_surge,
+                manifest.do_not_disrupt,
+            )  # fmt: skip
         results.append(entry)
     return results
 
@@ -137,4 +145,5 @@ def _run(
         return
     entry.changes = result.changes
     entry.instances = result.instance_changes
+    entry.replaced_slots = result.replaced_slots
     entry.diff = result.diff
