@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spotpool.engine.ownership import LockOwner, Writer, decide_lock
+from spotpool.engine.ownership import InstallHosts, LockOwner, Writer, decide_lock
 
 ACQUIRED = datetime(2026, 11, 24, 4, 0, tzinfo=UTC)
 BEFORE, AFTER = ACQUIRED - timedelta(minutes=1), ACQUIRED + timedelta(minutes=1)
@@ -24,6 +24,19 @@ class Lease:
 
     def earlier_holders(self) -> frozenset[str]:
         return self.earlier
+
+
+@dataclass
+class ShardLease(Lease):
+    """A shard's Lease that also reads every Lease of the install (operator shards.py)."""
+
+    held_before: frozenset[str] = field(default_factory=frozenset)  # of any install Lease
+    holding_now: frozenset[str] = field(default_factory=frozenset)
+    reads: int = 0
+
+    def install_hosts(self) -> InstallHosts:
+        self.reads += 1
+        return InstallHosts(self.held_before, self.holding_now | {"pod-b"})
 
 
 def lock(host: str, pid: int | None = 4242, when: datetime | None = BEFORE) -> LockOwner:
@@ -100,6 +113,42 @@ def test_a_lock_naming_our_own_pid_or_no_pid_is_kept() -> None:
     assert not decide_lock(lock("pod-b", pid=None), writer, dead).break_it
 
 
+@pytest.mark.parametrize("when", [BEFORE, AFTER, None])
+def test_a_lock_of_a_holder_of_the_single_lease_of_before_shards_is_broken(
+    when: datetime | None,
+) -> None:
+    """The upgrade to shards (or a change of `shards`): the lock's host held another Lease of
+    this install, not this shard's, and holds none now: its runs are dead, whatever its clock."""
+    lease = ShardLease(earlier=frozenset({"pod-b"}), held_before=frozenset({"old-pod"}))
+    decision = decide_lock(lock("old-pod", when=when), Writer("pod-b", 1, lease), alive)
+    assert decision.break_it and "holds none of them now" in decision.reason
+    assert "earlier holder" in decision.reason
+
+
+@pytest.mark.parametrize("now", [frozenset({"old-pod"}), frozenset({"old-pod", "pod-c"})])
+def test_a_lock_of_a_host_holding_a_lease_of_the_install_now_is_kept(now: frozenset[str]) -> None:
+    """It holds the single Lease, another shard or a live membership: it may be writing."""
+    lease = ShardLease(held_before=frozenset({"old-pod"}), holding_now=now)
+    decision = decide_lock(lock("old-pod"), Writer("pod-b", 1, lease), dead)
+    assert not decision.break_it and "may still be running" in decision.reason
+
+
+def test_a_host_that_never_held_a_lease_of_the_install_is_kept_and_nothing_read_unheld() -> None:
+    lease = ShardLease(held_before=frozenset({"old-pod"}))
+    assert not decide_lock(lock("laptop"), Writer("pod-b", 1, lease), dead).break_it
+    assert not decide_lock(lock(""), Writer("pod-b", 1, lease), dead).break_it
+    unheld = ShardLease(holding=False, held_before=frozenset({"old-pod"}))
+    assert not decide_lock(lock("old-pod"), Writer("pod-b", 1, unheld), dead).break_it
+    assert unheld.reads == 0  # no Lease held: nothing read, nothing broken
+
+
+def test_our_own_hosts_lock_is_not_judged_by_the_install_s_leases() -> None:
+    """This host holds Leases now: only the same-host rules (its pid, its time) apply."""
+    lease = ShardLease(held_before=frozenset({"pod-b"}))
+    assert not decide_lock(lock("pod-b", when=AFTER), Writer("pod-b", 1, lease), alive).break_it
+    assert lease.reads == 0
+
+
 def test_go_timestamps_parse() -> None:
     parsed = LockOwner.parse(
         "k", {"pid": 7, "hostname": "h", "timestamp": "2026-11-24T04:20:00.123456789+08:00"}
@@ -109,3 +158,46 @@ def test_go_timestamps_parse() -> None:
     assert LockOwner.parse("k", {"timestamp": "2026-11-24T04:20:00Z"}).timestamp == datetime(
         2026, 11, 24, 4, 20, tzinfo=UTC
     )
+
+
+def test_shard_leases_prove_the_killed_holder_of_the_single_lease_gone() -> None:
+    """The upgrade on the operator's Leases (in-memory API server, clock moved by hand): a
+    replica of before shards (`shards: 1`, the single Lease) is killed; a replica with shards
+    under another hostname takes them once that Lease expired on its own clock, and proves the
+    killed one gone for a pool of any shard; a live replica's lock is kept."""
+    from spotpool_operator.shards import ShardLeases, ShardView
+
+    from tests.operator.lease_fakes import FakeClock, FakeLeases
+
+    server, clock = FakeLeases(), FakeClock()
+
+    def replica(host: str, shards: int) -> ShardLeases:
+        return ShardLeases(server, "ops", "op", shards, 6.0, host, monotonic=clock)
+
+    old = replica("old-pod", 1)
+    old.step()
+    assert old.holds(0)
+    new = replica("new-pod", 4)
+    new.step()  # the single Lease is held by a live replica: no shard taken
+    assert not any(new.holds(s) for s in range(4))
+    view = new.view("some-pool-uid")
+    assert not decide_lock(lock("old-pod"), Writer("new-pod", 1, view), dead).break_it
+    # old-pod is killed: it renews nothing from now on
+    for _ in range(4):
+        clock.advance(2.0)
+        new.step()
+    assert all(new.holds(s) for s in range(4))
+    assert "old-pod" not in view.earlier_holders()  # the shard's own history proves nothing
+    decision = decide_lock(lock("old-pod", when=AFTER), Writer("new-pod", 1, view), alive)
+    assert decision.break_it and "holds none of them now" in decision.reason
+    assert not decide_lock(lock("laptop"), Writer("new-pod", 1, view), dead).break_it
+
+    back = replica("old-pod", 4)  # the same hostname alive again: a member once it takes
+    for _ in range(5):  # its membership Lease over (the dead one's expired on its clock)
+        clock.advance(2.0)
+        back.step()
+        new.step()
+    assert "old-pod" in new.install_hosts().current
+    kept = ShardView(new, next(s for s in range(4) if new.holds(s)))  # a shard new still has
+    decision = decide_lock(lock("old-pod"), Writer("new-pod", 1, kept), dead)
+    assert not decision.break_it and "may still be running" in decision.reason

@@ -164,7 +164,7 @@ class OperatorLease:
             self.drop()
         if holder and self.observed.holder(self.duration) is not None:
             return False  # seen changing within its duration: its holder lives
-        holders = _holders(lease.metadata.annotations)
+        holders = recorded_holders(lease.metadata.annotations)
         spec.holder_identity = self.identity
         spec.acquire_time = spec.renew_time = now = self.clock()
         spec.lease_duration_seconds = int(self.duration)
@@ -280,12 +280,18 @@ class OperatorLease:
             await asyncio.sleep(self.duration / 3 if holding else self.duration / 6)
 
 
-def _holders(annotations: dict[str, str] | None) -> list[str]:
+def recorded_holders(annotations: dict[str, str] | None) -> list[str]:
+    """The hostnames a Lease records as its holders so far, oldest first."""
     try:
         value = json.loads((annotations or {}).get(HOLDERS, "[]"))
     except ValueError:
         return []
     return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def hostname_of(identity: str) -> str:
+    """The hostname in a holder identity (`<hostname>_<8 hex>`)."""
+    return identity.rsplit("_", 1)[0]
 
 
 def _short(error: Exception) -> str:

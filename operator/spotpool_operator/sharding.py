@@ -34,6 +34,14 @@ def member_lease_name(base: str, hostname: str) -> str:
     return f"{base}{MEMBER_INFIX}{label}"[:253].rstrip("-")
 
 
+def of_install(base: str, name: str) -> bool:
+    """A Lease of this install: the single Lease, a shard Lease (whatever the shard count), or
+    a membership Lease."""
+    if name == base or name.startswith(base + MEMBER_INFIX):
+        return True
+    return name.startswith(base + SHARD_INFIX) and name[len(base + SHARD_INFIX) :].isdigit()
+
+
 def quotas(shards: int, members: Iterable[str], held: Mapping[str, int]) -> dict[str, int]:
     """Each member's share: shards // n, and one more for the first shards % n members —
     those holding the most already (fewer moves), ties by name."""

@@ -18,7 +18,9 @@ plugins (`on_stop`) by a thread of the shard's own — a watcher thread notices 
 a fifth of a second, well before anyone else may take the shard over. A shard given up to
 rebalance is stopped the same way and released only once none of its operations is left;
 until then its Lease is renewed. Each shard Lease records its holders' hostnames, so the next
-holder breaks exactly the locks those runs left (engine/ownership.py, through `view`).
+holder breaks exactly the locks those runs left (engine/ownership.py, through `view`); and
+`install_hosts` reads every Lease of the install, so a lock of a host that held another of them
+(the single Lease before shards, a shard under another count) and holds none now is broken too.
 """
 
 import asyncio
@@ -37,13 +39,22 @@ from typing import Any
 import kubernetes
 from prometheus_client import CollectorRegistry
 
-from spotpool_operator.lease import Observed, OperatorLease, request_timeout, wall_clock
+from spotpool.engine.ownership import InstallHosts
+from spotpool_operator.lease import (
+    Observed,
+    OperatorLease,
+    hostname_of,
+    recorded_holders,
+    request_timeout,
+    wall_clock,
+)
 from spotpool_operator.shard_metrics import ShardMetrics
 from spotpool_operator.shard_work import WATCH_EVERY, Fence, NotServed, ShardWork
 from spotpool_operator.sharding import (
     MEMBER_INFIX,
     assign,
     member_lease_name,
+    of_install,
     shard_lease_name,
     shard_of,
 )
@@ -79,6 +90,13 @@ class ShardView:
 
     def earlier_holders(self) -> frozenset[str]:
         return self.owner.leases[self.shard].earlier_holders()
+
+    def install_hosts(self) -> InstallHosts:
+        try:
+            return self.owner.install_hosts()
+        except Exception as error:  # nothing proven: the lock is kept, the pool retries
+            log.warning("could not list the Leases: %s", _short(error))
+            return InstallHosts(frozenset(), frozenset())
 
 
 class ShardLeases(ShardWork):
@@ -143,6 +161,26 @@ class ShardLeases(ShardWork):
         """Set when this replica next acquires the pool's shard."""
         return self._wakers[self.shard(uid)]
 
+    def install_hosts(self) -> InstallHosts:
+        """Who held and who holds any Lease of this install (the single Lease of before shards,
+        every shard Lease whatever the shard count, the membership Leases), read now; each
+        Lease's holder counts while it lasts by lease.py's rule (this replica's monotonic clock
+        since it saw the Lease change)."""
+        listed = self.api.list_namespaced_lease(self.namespace, _request_timeout=self.timeout)
+        ours = {lease.name: lease.observed for lease in [self.member, *self.leases]}
+        earlier: set[str] = set()
+        current = {self.hostname}
+        for item in listed.items:
+            name = item.metadata.name
+            if not of_install(self.base, name):
+                continue
+            seen = ours.get(name) or self._observed.setdefault(name, Observed(self.monotonic))
+            seen.see(item)
+            earlier.update(recorded_holders(item.metadata.annotations))
+            if holder := seen.holder(self.duration):
+                current.add(hostname_of(holder))
+        return InstallHosts(frozenset(earlier), frozenset(current))
+
     # --- holding the Leases ------------------------------------------------------------------
 
     def step(self) -> None:
@@ -172,6 +210,10 @@ class ShardLeases(ShardWork):
 
     def _plan(self, listing: dict[str, Any], renewed: set[int]) -> None:
         members = {self.identity}
+        ours = {lease.name for lease in [self.member, *self.leases]}
+        for name, item in listing.items():  # every other Lease of the install, timed from now
+            if of_install(self.base, name) and name not in ours:  # (install_hosts)
+                self._observed.setdefault(name, Observed(self.monotonic)).see(item)
         for name, item in listing.items():
             if not name.startswith(self.base + MEMBER_INFIX) or name == self.member.name:
                 continue

@@ -11,7 +11,12 @@ took it, and when). A lock is broken only when its owner is provably gone:
   which may even reuse the dead pid: one clock, so the lock's time tells). With replicas,
   the Lease is the one of the pool's shard (operator shards.py): a replica that held the shard
   earlier stopped writing its stacks when it lost or gave the shard up, even if it lives on
-  serving other shards; a replica that never held this shard proves nothing;
+  serving other shards; a replica that never held this shard proves nothing by this Lease
+  alone. But a host that held *any* Lease of this install (the single Lease of a release
+  before shards, another shard's Lease under another shard count, a membership Lease) and now
+  holds none of them, nor a live membership, has stopped writing every stack: the same rule
+  stopped its runs before each of its Leases could be taken over or seen expired, and it may
+  write nothing without one (`InstallLeases`, read after the lock was);
 - or the lock is this host's and its pid is not alive (a CLI that was killed here).
 
 A lock of anyone else (a person's `pulumi up` on a laptop, another install) is never broken:
@@ -21,7 +26,7 @@ the operation reports it instead (`StackLockedError`, condition StackLocked).
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 class LeaseView(Protocol):
@@ -35,6 +40,20 @@ class LeaseView(Protocol):
 
     def earlier_holders(self) -> frozenset[str]:
         """Hostnames of the Lease's holders before this process (recorded in the Lease)."""
+        ...
+
+
+@dataclass(frozen=True)
+class InstallHosts:
+    earlier: frozenset[str]  # hostnames recorded as holders of any Lease of this install
+    current: frozenset[str]  # hostnames holding one of them now, live membership included
+
+
+@runtime_checkable
+class InstallLeases(Protocol):
+    def install_hosts(self) -> InstallHosts:
+        """Every Lease of this install as read now (after the lock was read: whoever took
+        the lock while holding a Lease is seen holding it, or its Lease expired since)."""
         ...
 
 
@@ -90,6 +109,15 @@ def decide_lock(lock: LockOwner, writer: Writer, pid_alive: Callable[[int], bool
                 f"taken by {lock.hostname}, an earlier holder of the Lease: it stopped its "
                 "runs before this operator could acquire the Lease",
             )
+        if not same_host and lock.hostname and isinstance(lease, InstallLeases):
+            hosts = lease.install_hosts()
+            if lock.hostname in hosts.earlier and lock.hostname not in hosts.current:
+                return LockDecision(
+                    True,
+                    f"taken by {lock.hostname}, an earlier holder of this install's Leases "
+                    "that holds none of them now and has no live membership: it stopped its "
+                    "runs when it lost or gave them up",
+                )
         acquired = lease.acquired_at()
         if earlier and lock.timestamp is not None and lock.timestamp < acquired:
             # This host before a restart (the same clock): a lock older than this process's
