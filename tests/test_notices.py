@@ -3,9 +3,12 @@ agent, the agent's wire format, and the operator's checks on a report (who may s
 
 import email
 import json
+import threading
 import time
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any, ClassVar
 
 from spotpool_operator.metrics import NOTICE_RESULTS, Metrics
 
@@ -235,3 +238,147 @@ def _surges(metrics: Metrics) -> dict[str, float | None]:
         event: metrics.registry.get_sample_value("spotpool_surges_total", {"event": event})
         for event in ("started", "promoted", "retired")
     }
+
+
+# --- the onNotice command ---------------------------------------------------------------------
+
+ON_NOTICE = AGENT.model_copy(
+    update={
+        "on_notice": "echo \"$SPOTPOOL_INSTANCE_ID\" > '/tmp/x y'\nexit 3",
+        "on_notice_timeout": 7,
+    }
+)
+
+
+def test_the_on_notice_command_rides_the_agents_environment_file_unquoted() -> None:
+    part = notices.agent_part(ON_NOTICE, "uid-a", 3, "t0k3n")
+    settings = notices.agent_settings(part)
+    assert settings["SPOTPOOL_ON_NOTICE_TIMEOUT"] == "7"
+    assert settings["SPOTPOOL_NOTICE_TOKEN"] == "t0k3n"  # the lines after it still parse
+    read = agent.AgentSettings.from_env(settings)
+    assert (read.on_notice, read.on_notice_timeout) == (ON_NOTICE.on_notice, 7.0)
+    assert notices.agent_part(AGENT, "uid-a", 3, "t0k3n") == notices.agent_part(
+        AGENT.model_copy(update={"on_notice": None}), "uid-a", 3, "t0k3n"
+    )  # no command: the user data of before, byte for byte
+    assert agent.CHECKPOINT_PATH == notices.CHECKPOINT_PATH
+
+
+def test_stack_config_carries_the_on_notice_command() -> None:
+    from tests.engine.conftest import pool_spec
+
+    pool = PoolIdentity(namespace="a", name="b", uid="u")
+    spec = pool_spec(1, terminationNotices={"onNotice": "save", "onNoticeTimeoutSeconds": 30})
+    made = StackConfig.from_spec(pool, spec, notice_url="http://op:8090").notice_agent
+    assert made is not None and (made.on_notice, made.on_notice_timeout) == ("save", 30)
+
+
+class _Fake(BaseHTTPRequestHandler):
+    """The metadata service (a notice from the start) and the operator (takes every report)."""
+
+    reports: ClassVar[list[tuple[str, dict[str, Any], str]]] = []
+
+    def do_GET(self) -> None:
+        body = _beijing(datetime.now(UTC) + timedelta(seconds=120)).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        _Fake.reports.append((self.path, json.loads(raw), self.headers[notices.SIGNATURE_HEADER]))
+        self.send_response(202)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _agent_run(tmp_path: Path, command: str, timeout: float) -> list[tuple[str, dict[str, Any]]]:
+    _Fake.reports = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Fake)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    settings = agent.AgentSettings(
+        report_url=url, token="t0k3n", pool_uid="uid-a", slot=2, metadata_url=url + "/md/",
+        instance_id="ins-abc", interval=0.2, on_notice=command, on_notice_timeout=timeout,
+    )  # fmt: skip
+    try:
+        assert agent.run(settings) == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+    for _, body, signature in _Fake.reports:  # each signed with the slot's token
+        raw = json.dumps(body).encode()
+        assert notices.signature_problem("t0k3n", signature, raw, time.time()) is None
+    return [(path, body) for path, body, _ in _Fake.reports]
+
+
+def test_the_agent_runs_the_command_and_reports_its_exit_and_duration(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    command = f'sleep 0.5; echo "$SPOTPOOL_INSTANCE_ID $SPOTPOOL_NOTICE_TOKEN" > "{marker}"'
+    started = time.monotonic()
+    reports = _agent_run(tmp_path, command, 30)
+    assert marker.read_text() == "ins-abc \n"  # its instance, never the token
+    assert [path for path, _ in reports] == [notices.REPORT_PATH, notices.CHECKPOINT_PATH]
+    result = notices.CheckpointReport.model_validate(reports[1][1])
+    assert (result.slot, result.instance_id, result.exit_code, result.timed_out) == (
+        2, "ins-abc", 0, False
+    )  # fmt: skip
+    assert 0.5 <= result.seconds <= time.monotonic() - started
+
+    reports = _agent_run(tmp_path, "exit 3", 30)
+    assert notices.CheckpointReport.model_validate(reports[1][1]).exit_code == 3
+
+
+def test_a_command_past_its_timeout_is_killed_and_reported_so(tmp_path: Path) -> None:
+    started = time.monotonic()
+    reports = _agent_run(tmp_path, "sleep 60 & sleep 60", 1)
+    assert time.monotonic() - started < 10
+    result = notices.CheckpointReport.model_validate(reports[1][1])
+    assert result.timed_out and result.exit_code == -15 and 1.0 <= result.seconds < 8
+
+
+def _checkpoint(
+    key: str, slot: int, instance: str, code: int, nonce: str = ""
+) -> tuple[bytes, str]:
+    fields = {"poolUid": "uid-gpu", "slot": slot, "instanceId": instance, "exitCode": code,
+              "seconds": 4.25, **({"nonce": nonce} if nonce else {})}  # fmt: skip
+    body = json.dumps(fields).encode()
+    return body, notices.sign(notices.slot_token(key, slot, nonce), int(time.time()), body)
+
+
+def test_operator_records_the_commands_result_and_posts_an_event(tmp_path: Path) -> None:
+    world = make_world(tmp_path, notice_port=8090)
+    reconciler = world.reconciler
+    body = pool_body()
+    run(reconciler.converge(ref(body)))
+    pool = reconciler.pool(ref(body))
+    first = {i.slot: i.instance_id for i in pool.status.instances}
+    key = reconciler.settings.engine.notice_key("uid-gpu")
+
+    async def receive(report: tuple[bytes, str]) -> int:
+        code = reconciler.receive_checkpoint(*report)[0]
+        if pool.checkpoints:  # what the pool's daemon does on the wake
+            assert pool.wake.is_set()
+            await reconciler.record_checkpoints(ref(body))
+        return code
+
+    assert run(receive(_checkpoint(key, 0, first[1], 0))) == 409  # not slot 0's instance
+    assert run(receive((_checkpoint(key, 1, first[1], 0)[0], "t=1,v1=x"))) == 401
+    assert run(receive(_checkpoint(notices.pool_key(b"x", "uid-gpu"), 1, first[1], 0))) == 401
+    assert run(receive((b"{}", ""))) == 400
+    assert pool.status.notices.checkpoints == []
+
+    assert run(receive(_checkpoint(key, 1, first[1], 0))) == 202
+    assert run(receive(_checkpoint(key, 1, first[1], 0))) == 200  # said twice: kept once
+    assert run(receive(_checkpoint(key, 0, first[0], 1))) == 202
+    written = world.cluster.last("team-a/gpu")["notices"]["checkpoints"]
+    assert [(c["slot"], c["instanceId"], c["exitCode"], c["seconds"]) for c in written] == [
+        (1, first[1], 0, 4.25), (0, first[0], 1, 4.25)
+    ]  # fmt: skip
+    assert all(c["time"] for c in written)
+    assert world.events.reasons()[-2:] == ["CheckpointSaved", "CheckpointFailed"]
+    assert "exited 1 after 4.2 s" in world.events.posted[-1][2]

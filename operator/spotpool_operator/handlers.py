@@ -122,7 +122,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
                     not_before = time.monotonic() + settings.backoff(failures - 1)
                 continue
             wait = max(reconciler.refresh_due_in(ref), backing_off)
-            urgent = pool.gone_slots or pool.noticed
+            urgent = pool.gone_slots or pool.noticed or pool.checkpoints
             if not (urgent and backing_off <= 0) and wait > 0:
                 await _sleep(stopped, pool.wake, wait)
                 continue  # re-read: an operation may have moved the due time meanwhile
@@ -131,6 +131,8 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
                     await reconciler.start_surges(ref)
                 elif pool.gone_slots:
                     await reconciler.replace_gone(ref)
+                elif pool.checkpoints:  # onNotice results: status and Events
+                    await reconciler.record_checkpoints(ref)
                 else:
                     await reconciler.retire_stale_surges(ref)
                     await reconciler.check_reclaims(ref)

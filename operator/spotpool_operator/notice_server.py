@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from spotpool.api.notices import REPORT_PATH, SIGNATURE_HEADER
+from spotpool.api.notices import CHECKPOINT_PATH, REPORT_PATH, SIGNATURE_HEADER
 from spotpool_operator.notices import Notices
 
 log = logging.getLogger("spotpool_operator.notices")
@@ -87,6 +87,7 @@ class NoticeServer:
     async def start(self) -> None:
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_post(REPORT_PATH, self._report)
+        app.router.add_post(CHECKPOINT_PATH, self._report)
         app.router.add_get("/healthz", self._health)
         self._runner = web.AppRunner(app, access_log=None, keepalive_timeout=2.0)
         await self._runner.setup()
@@ -156,9 +157,13 @@ class NoticeServer:
         except web.HTTPRequestEntityTooLarge:
             self.notices.metrics.observe_notice("malformed")
             return web.json_response({"message": "report too large"}, status=413)
-        code, message = self.notices.receive_notice(body, request.headers.get(SIGNATURE_HEADER, ""))
+        signature = request.headers.get(SIGNATURE_HEADER, "")
+        if request.path == CHECKPOINT_PATH:  # the onNotice command's result
+            code, message = self.notices.receive_checkpoint(body, signature)
+        else:
+            code, message = self.notices.receive_notice(body, signature)
         level = logging.INFO if code < 400 else logging.WARNING
-        log.log(level, "notice from %s: %d %s", request.remote, code, message)
+        log.log(level, "%s from %s: %d %s", request.path, request.remote, code, message)
         return web.json_response({"message": message}, status=code)
 
     async def _health(self, request: web.Request) -> web.Response:

@@ -14,12 +14,13 @@ from pydantic import ValidationError
 
 from spotpool.api.notices import (
     NOTICE_LATE,
+    CheckpointReport,
     NoticeReport,
     signature_problem,
     slot_token,
     time_problem,
 )
-from spotpool.api.status import AcceptedNotice, Surge
+from spotpool.api.status import AcceptedNotice, Checkpoint, Surge
 from spotpool_operator import status as render
 from spotpool_operator.engine_runner import PoolWork
 from spotpool_operator.failures import PoolProblem, classify
@@ -96,6 +97,77 @@ class Notices(PoolWork):
         )
         pool.wake.set()
         return "accepted", 202, "replacement starting"
+
+    def receive_checkpoint(
+        self, body: bytes, signature: str, now: float | None = None
+    ) -> tuple[int, str]:
+        """An agent's report of its onNotice command: checked like a notice (the slot's and
+        generation's token; the instance the status lists in that slot, or the one a surge or
+        an accepted notice of that slot replaces), then written to status.notices.checkpoints
+        and posted as an Event by the pool's daemon (the pool's lock may be held by an up)."""
+        try:
+            report = CheckpointReport.model_validate_json(body)
+        except ValidationError as error:
+            return 400, f"not a checkpoint report: {error.errors(include_url=False)[0]['msg']}"
+        key = self.settings.engine.notice_key(report.pool_uid)
+        token = slot_token(key, report.slot, report.nonce)
+        problem = signature_problem(token, signature, body, time.time() if now is None else now)
+        if problem is not None:
+            return 401, problem
+        if self.shards is not None and not self.shards.serves(report.pool_uid):
+            return 503, "this replica does not serve the pool's shard now; retry"
+        pool = self.pools.get(report.pool_uid)
+        if pool is None:
+            return 404, "no pool with this uid is served here"
+        listed = {i.slot: i for i in pool.status.instances}.get(report.slot)
+        noticed = pool.noticed.get(report.slot)
+        if not (
+            (listed is not None and listed.instance_id == report.instance_id
+             and (listed.nonce or "") == report.nonce)
+            or any(s.slot == report.slot and s.replacing == report.instance_id
+                   for s in pool.status.surges)
+            or (noticed is not None and noticed.instance_id == report.instance_id)
+        ):  # fmt: skip
+            return 409, f"{report.instance_id} is not the noticed instance of slot {report.slot}"
+        if report.instance_id in {
+            c.instance_id for c in [*pool.status.notices.checkpoints, *pool.checkpoints]
+        }:
+            return 200, "already recorded"
+        entry = Checkpoint(
+            slot=report.slot,
+            instance_id=report.instance_id,
+            exit_code=report.exit_code,
+            seconds=report.seconds,
+            timed_out=report.timed_out,
+            time=self.clock(),
+        )
+        pool.checkpoints.append(entry)
+        pool.wake.set()
+        return 202, "recorded"
+
+    async def record_checkpoints(self, ref: PoolRef) -> None:
+        """Write the onNotice results taken in to status.notices.checkpoints (the last 10) and
+        post an Event for each: CheckpointSaved on exit 0, else CheckpointFailed."""
+        pool = self.pool(ref)
+        async with pool.lock:
+            taken, pool.checkpoints = pool.checkpoints, []
+            notices = pool.status.notices
+            checkpoints = [*notices.checkpoints, *taken][-10:]
+            status = pool.status.model_copy(
+                update={"notices": notices.model_copy(update={"checkpoints": checkpoints})}
+            )
+            await self._write(pool, ref, status)
+        for entry in taken:
+            what = (
+                f"the onNotice command on {entry.instance_id} (slot {entry.slot}) exited "
+                f"{entry.exit_code} after {entry.seconds:.1f} s"
+                + (" (killed at its timeout)" if entry.timed_out else "")
+            )
+            if entry.exit_code == 0:
+                self.events.post(ref.event_ref(), "Normal", "CheckpointSaved", what)
+            else:
+                self.events.post(ref.event_ref(), "Warning", "CheckpointFailed", what)
+            ref.logger.info("%s", what)
 
     async def start_surges(self, ref: PoolRef) -> None:
         """Start the replacement of every noticed slot in one engine run. The notices stay in

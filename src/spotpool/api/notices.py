@@ -13,6 +13,7 @@ lists in that slot, and the termination time lies within minutes of the report's
 instance can only ever say "I am being reclaimed soon" about itself. See docs/notices.md.
 """
 
+import base64
 import hashlib
 import hmac
 import re
@@ -28,6 +29,7 @@ SURGE_SUFFIX = "-surge"
 AGENT_UNIT = "spotpool-notice-agent.service"
 AGENT_ENV_FILE = "/etc/spotpool/notice-agent.env"
 REPORT_PATH = "/v1/notices"
+CHECKPOINT_PATH = "/v1/checkpoints"  # the onNotice command's result, signed the same way
 SIGNATURE_HEADER = "X-Spotpool-Signature"
 MAX_CLOCK_SKEW = 300.0  # seconds a report's timestamp may be off the operator's clock
 # The cloud tells two minutes ahead: a termination time further out than this from the report's
@@ -45,6 +47,8 @@ class NoticeAgent(Model):
 
     url: str = Field(description="The operator's notice endpoint as the instances reach it.")
     command: str = Field(description="What the systemd unit runs.")
+    on_notice: str | None = Field(None, description="Run by `/bin/sh -c` on a notice.")
+    on_notice_timeout: int = Field(90, description="Seconds the onNotice command may run.")
 
 
 class NoticeReport(Model):
@@ -80,6 +84,26 @@ class NoticeReport(Model):
     def termination_utc(self) -> datetime:
         local = datetime.strptime(self.termination_time, "%Y-%m-%d %H:%M:%S")
         return (local - BEIJING).replace(tzinfo=UTC)
+
+
+class CheckpointReport(Model):
+    """What an agent says after the onNotice command ran: its exit code and duration (-1: it
+    could not be started; -9 and such: killed by that signal, e.g. at its timeout)."""
+
+    pool_uid: str = Field(min_length=1, max_length=64)
+    slot: int = Field(ge=0)
+    instance_id: str = Field(pattern=r"^ins-[0-9a-z]+$", max_length=64)
+    nonce: str = Field("", max_length=64)
+    exit_code: int = Field(ge=-64, le=255)
+    seconds: float = Field(ge=0.0, le=3600.0)
+    timed_out: bool = False
+
+    @field_validator("nonce")
+    @classmethod
+    def _hex(cls, value: str) -> str:
+        if value and not re.fullmatch(NONCE_PATTERN, value):
+            raise ValueError("a nonce is 8 to 64 lowercase hex digits")
+        return value
 
 
 def time_problem(termination: datetime, received: datetime) -> str | None:
@@ -138,6 +162,7 @@ def agent_part(agent: NoticeAgent, uid: str, slot: int, token: str, nonce: str =
         f"SPOTPOOL_NOTICE_POOL={uid}",
         f"SPOTPOOL_NOTICE_SLOT={slot}",
         *([f"SPOTPOOL_NOTICE_NONCE={nonce}"] if nonce else []),
+        *on_notice_lines(agent),
         f"SPOTPOOL_NOTICE_TOKEN={token}",
     ]
     env = "\n".join(f"      {line}" for line in lines)
@@ -167,6 +192,18 @@ runcmd:
   - [systemctl, daemon-reload]
   - [systemctl, enable, --now, {AGENT_UNIT}]
 """
+
+
+def on_notice_lines(agent: NoticeAgent) -> list[str]:
+    """The onNotice command as the unit's environment file holds it: base64, so no quoting of
+    systemd's or YAML's can change it (the agent decodes it)."""
+    if not agent.on_notice:
+        return []
+    command = base64.b64encode(agent.on_notice.encode()).decode()
+    return [
+        f"SPOTPOOL_ON_NOTICE_B64={command}",
+        f"SPOTPOOL_ON_NOTICE_TIMEOUT={agent.on_notice_timeout}",
+    ]
 
 
 def with_agent(user_data: str | None, agent: str) -> str:

@@ -159,6 +159,22 @@ class TerminationNotices(Model):
         max_length=256,
         description="What the unit runs; the image must provide it (see docs/notices.md).",
     )
+    on_notice: str | None = Field(
+        None,
+        min_length=1,
+        max_length=4096,
+        description="A command the agent runs on the instance (`/bin/sh -c`, as the agent's "
+        "user) when the notice comes, e.g. to save a checkpoint; its exit code and duration "
+        "are reported to the operator (status.notices.checkpoints, a CheckpointSaved or "
+        "CheckpointFailed Event). Changing it replaces the instances (new user data).",
+    )
+    on_notice_timeout_seconds: int = Field(
+        90,
+        ge=1,
+        le=600,
+        description="Seconds the onNotice command may run before it is killed (the cloud "
+        "gives two minutes; the agent also stops it at the termination time).",
+    )
 
 
 SUBNET_ID = Annotated[str, Field(pattern=r"^subnet-[0-9a-z]+$", max_length=64)]

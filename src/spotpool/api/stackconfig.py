@@ -105,7 +105,12 @@ class StackConfig(Model):
         """`notice_url`: the operator's notice endpoint; without one no agent is installed."""
         notices = spec.termination_notices
         agent = (
-            NoticeAgent(url=notice_url, command=notices.command)
+            NoticeAgent(
+                url=notice_url,
+                command=notices.command,
+                on_notice=notices.on_notice,
+                on_notice_timeout=notices.on_notice_timeout_seconds,
+            )
             if notice_url and notices.enabled
             else None
         )

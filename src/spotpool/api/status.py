@@ -103,6 +103,17 @@ class AcceptedNotice(Model):
     received_time: datetime = Field(description="When the operator received the notice.")
 
 
+class Checkpoint(Model):
+    """What the onNotice command did on a noticed instance, as its agent reported it."""
+
+    slot: int = Field(description="The slot of the noticed instance.")
+    instance_id: str = Field(description="The noticed instance (ins-...).")
+    exit_code: int = Field(description="0: it succeeded; -N: killed by signal N.")
+    seconds: float = Field(description="How long it ran.")
+    timed_out: bool = Field(False, description="Killed at its timeout.")
+    time: datetime = Field(description="When the operator received the report.")
+
+
 class Notices(Model):
     total: int = Field(0, description="Spot termination notices acted on (replaced ahead).")
     last_time: datetime | None = Field(None, description="When the last notice came in.")
@@ -110,6 +121,10 @@ class Notices(Model):
         default_factory=list,
         description="Notices taken in whose replacement has not started yet: the replica that "
         "serves the pool next starts them (a shard move loses none).",
+    )
+    checkpoints: list[Checkpoint] = Field(
+        default_factory=list,
+        description="The onNotice command's last results (newest last, at most 10).",
     )
 
 

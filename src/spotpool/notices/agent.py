@@ -1,26 +1,36 @@
 """The notice agent: on a spot instance, poll the metadata service's `spot/termination-time`
 (404 until the cloud schedules a reclaim, then a UTC+8 `YYYY-MM-DD HH:MM:SS`) and report it
-once to the operator, signed with this slot's token; then exit.
+once to the operator, signed with this slot's token; then exit. With an onNotice command
+(`SPOTPOOL_ON_NOTICE_B64`), the agent starts it the moment the notice comes, reports the notice
+while it runs, and reports its exit code and duration when it ends (a second signed report).
 
 Standard library only, so this one file also runs on its own (`python3 agent.py`, settings in
 the environment) on an image that has Python but not the spotpool package. The report's wire
 format is `spotpool.api.notices` (a test keeps the two in step).
 """
 
+import base64
 import hashlib
 import hmac
 import json
 import logging
 import os
+import signal
+import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 log = logging.getLogger("spotpool.notice-agent")
 METADATA_URL = "http://metadata.tencentyun.com/latest/meta-data/"
 REPORT_PATH = "/v1/notices"
+CHECKPOINT_PATH = "/v1/checkpoints"
+CHECKPOINT_GIVE_UP = 60.0  # seconds to keep retrying the command's report (the instance goes)
+KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of a command past its timeout
 SIGNATURE_HEADER = "X-Spotpool-Signature"
 RETRY_SECONDS = 2.0
 # 404: maybe a replica that does not serve the pool yet; 408, 429: busy (rate-limited) now.
@@ -38,6 +48,8 @@ class AgentSettings:
     instance_id: str | None = None  # None: ask the metadata service
     interval: float = 5.0
     give_up_after: float = 600.0  # keep retrying a report at most this long
+    on_notice: str = ""  # run by /bin/sh -c when the notice comes ("": nothing)
+    on_notice_timeout: float = 90.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "AgentSettings":
@@ -61,7 +73,16 @@ class AgentSettings:
             metadata_url=env.get("SPOTPOOL_METADATA_URL") or METADATA_URL,
             instance_id=env.get("SPOTPOOL_INSTANCE_ID") or None,
             interval=float(env.get("SPOTPOOL_NOTICE_INTERVAL") or 5.0),
+            on_notice=_command(env),
+            on_notice_timeout=float(env.get("SPOTPOOL_ON_NOTICE_TIMEOUT") or 90.0),
         )
+
+
+def _command(env: dict[str, str]) -> str:
+    """The onNotice command: base64 as the user data writes it, or plain (run by hand)."""
+    if env.get("SPOTPOOL_ON_NOTICE_B64"):
+        return base64.b64decode(env["SPOTPOOL_ON_NOTICE_B64"], validate=True).decode()
+    return env.get("SPOTPOOL_ON_NOTICE") or ""
 
 
 def sign(token: str, timestamp: int, body: bytes) -> str:
@@ -91,17 +112,35 @@ def termination_time(settings: AgentSettings) -> str | None:
 
 def report(settings: AgentSettings, instance_id: str, when: str) -> tuple[int, str]:
     """Send the notice once; the operator's HTTP status and message."""
+    return _post(settings, REPORT_PATH, instance_id, {"terminationTime": when})
+
+
+def report_checkpoint(
+    settings: AgentSettings, instance_id: str, result: "CommandResult"
+) -> tuple[int, str]:
+    """Send the onNotice command's result once; the operator's HTTP status and message."""
+    fields = {
+        "exitCode": result.exit_code,
+        "seconds": round(result.seconds, 3),
+        "timedOut": result.timed_out,
+    }
+    return _post(settings, CHECKPOINT_PATH, instance_id, fields)
+
+
+def _post(
+    settings: AgentSettings, path: str, instance_id: str, extra: Mapping[str, object]
+) -> tuple[int, str]:
     fields: dict[str, object] = {
         "poolUid": settings.pool_uid,
         "slot": settings.slot,
         "instanceId": instance_id,
-        "terminationTime": when,
+        **extra,
     }
     if settings.nonce:
         fields["nonce"] = settings.nonce
     body = json.dumps(fields).encode()
     request = urllib.request.Request(
-        settings.report_url.rstrip("/") + REPORT_PATH,
+        settings.report_url.rstrip("/") + path,
         data=body,
         method="POST",
         headers={
@@ -120,9 +159,93 @@ def report(settings: AgentSettings, instance_id: str, when: str) -> tuple[int, s
         return error.code, str(message)
 
 
+@dataclass(frozen=True)
+class CommandResult:
+    exit_code: int  # -N: killed by signal N; -1 also when it could not be started
+    seconds: float
+    timed_out: bool = False
+
+
+def start_command(
+    settings: AgentSettings, instance_id: str, when: str
+) -> subprocess.Popen[bytes] | None:
+    """Start the onNotice command in a session of its own (so a timeout kills all it started),
+    with the instance id and termination time in its environment and without the token."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTPOOL_NOTICE_TOKEN")}
+    env.pop("SPOTPOOL_ON_NOTICE_B64", None)
+    env.update(SPOTPOOL_INSTANCE_ID=instance_id, SPOTPOOL_TERMINATION_TIME=when)
+    try:
+        return subprocess.Popen(
+            ["/bin/sh", "-c", settings.on_notice],
+            env=env, stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    except OSError as error:
+        log.error("could not start the onNotice command: %s", error)
+        return None
+
+
+def seconds_until(when: str, now: float | None = None) -> float:
+    """Seconds from now to a UTC+8 termination time."""
+    local = datetime.strptime(when, "%Y-%m-%d %H:%M:%S")
+    at = (local - timedelta(hours=8)).replace(tzinfo=UTC).timestamp()
+    return at - (time.time() if now is None else now)
+
+
+def finish_command(
+    process: subprocess.Popen[bytes] | None, started: float, timeout: float
+) -> CommandResult:
+    """Wait for the command until `timeout` seconds after `started` (monotonic); past it,
+    SIGTERM its session, then SIGKILL after KILL_GRACE."""
+    if process is None:
+        return CommandResult(-1, time.monotonic() - started)
+    timed_out = False
+    try:
+        process.wait(timeout=max(0.0, started + timeout - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        log.error("the onNotice command ran past %.0f s: stopping it", timeout)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                process.wait(timeout=KILL_GRACE)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        process.wait()
+    return CommandResult(process.returncode, time.monotonic() - started, timed_out)
+
+
+def _deliver(send: "Sender", give_up_after: float, what: str) -> int:
+    """Send until the operator takes it (0), refuses it for good (2) or time is up (1)."""
+    deadline = time.monotonic() + give_up_after
+    while True:
+        try:
+            code, message = send()
+        except OSError as error:
+            code, message = 0, f"operator not reachable ({error})"
+        if 200 <= code < 300:
+            log.info("%s reported: %s", what, message)
+            return 0
+        if 400 <= code < 500 and code not in RETRIED:
+            log.error("the operator refused the %s report: %d %s", what, code, message)
+            return 2
+        if time.monotonic() > deadline:
+            log.error("gave up reporting the %s: %s", what, message)
+            return 1
+        log.warning("%s report not taken (%s %s); retrying", what, code or "-", message)
+        time.sleep(RETRY_SECONDS)
+
+
 def run(settings: AgentSettings, sleep: float | None = None) -> int:
     """Poll until a notice comes, report it, exit 0; exit 2 when the operator refuses it for
-    good (a wrong token, slot or time: retrying cannot help)."""
+    good (a wrong token, slot or time: retrying cannot help).
+
+    The onNotice command starts before the report, and they run at once: the checkpoint gets
+    all of the two minutes, and the replacement starts while it runs (neither needs the other;
+    a report the operator is slow to take must not eat the command's time)."""
     instance_id = settings.instance_id
     while instance_id is None:
         try:
@@ -142,23 +265,25 @@ def run(settings: AgentSettings, sleep: float | None = None) -> int:
             break
         time.sleep(settings.interval if sleep is None else sleep)
     log.warning("termination notice: the cloud takes %s at %s (UTC+8)", instance_id, when)
-    deadline = time.monotonic() + settings.give_up_after
-    while True:
-        try:
-            code, message = report(settings, instance_id, when)
-        except OSError as error:
-            code, message = 0, f"operator not reachable ({error})"
-        if 200 <= code < 300:
-            log.info("reported: %s", message)
-            return 0
-        if 400 <= code < 500 and code not in RETRIED:
-            log.error("the operator refused the report: %d %s", code, message)
-            return 2
-        if time.monotonic() > deadline:
-            log.error("gave up reporting: %s", message)
-            return 1
-        log.warning("report not taken (%s %s); retrying", code or "-", message)
-        time.sleep(RETRY_SECONDS)
+    started = time.monotonic()
+    process = start_command(settings, instance_id, when) if settings.on_notice else None
+    code = _deliver(lambda: report(settings, instance_id, when), settings.give_up_after, "notice")
+    if settings.on_notice:
+        try:  # stopped at its timeout, and at the termination time at the latest
+            left = seconds_until(when)
+        except ValueError:
+            left = settings.on_notice_timeout
+        result = finish_command(process, started, min(settings.on_notice_timeout, max(left, 1.0)))
+        log.info("the onNotice command ended: exit %d in %.1f s", result.exit_code, result.seconds)
+        _deliver(
+            lambda: report_checkpoint(settings, instance_id, result),
+            CHECKPOINT_GIVE_UP,
+            "onNotice result",
+        )
+    return code
+
+
+Sender = Callable[[], tuple[int, str]]
 
 
 def main() -> int:

@@ -1,0 +1,102 @@
+"""spec.terminationNotices.onNotice end to end (real kube-apiserver, operator process, Pulumi
+engine, emulator, one `spotpool notice-agent` per emulated instance): on a notice the agent runs
+the pool's command on the instance before the cloud takes it, and the operator records its exit
+code and duration in the status and as an Event."""
+
+import os
+import shlex
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spotpool.localworld.agents import NoticeAgents
+from spotpool.localworld.emulator import free_port
+from spotpool.localworld.kube import Kube
+from tests.e2e.conftest import operator_world
+from tests.operator.world import OperatorWorld, pool_manifest
+
+pytestmark = pytest.mark.e2e
+BOOT, NOTICE = 2.0, 30.0
+
+
+@pytest.fixture
+def world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorWorld]:
+    with operator_world(
+        kube, tmp_path_factory.mktemp("on-notice"), boot_seconds=BOOT, notice_seconds=NOTICE,
+        refresh_seconds=60, namespace_prefix="onnotice-",
+        env={"SPOTPOOL_NOTICE_PORT": str(free_port())},
+    ) as world:  # fmt: skip
+        yield world
+
+
+def _when(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _pool(name: str, command: str) -> dict[str, Any]:
+    notices = {"onNotice": command, "onNoticeTimeoutSeconds": 20}
+    return pool_manifest(name, replicas=1, refreshInterval="60s", terminationNotices=notices)
+
+
+def test_the_on_notice_command_runs_before_the_reclaim_and_is_reported(
+    world: OperatorWorld, tmp_path: Path
+) -> None:
+    ns = world.namespace()
+    marker = tmp_path / "checkpoint"
+    saving = f'echo "$SPOTPOOL_INSTANCE_ID" > {shlex.quote(str(marker))}; sleep 1'
+    world.apply(ns, _pool("train", saving))
+    world.apply(ns, _pool("broken", "echo no space left >&2; exit 7"))
+    uids, victims = {}, {}
+    for name in ("train", "broken"):
+        pool = world.wait_ready(ns, name, 1)
+        uids[name] = pool["metadata"]["uid"]
+        (victims[name],) = (i["instanceId"] for i in pool["status"]["instances"])
+    agents = NoticeAgents(world.emulator, "ap-singapore", world.directory / "agents")
+    try:
+        for name in ("train", "broken"):
+            assert agents.boot(uids[name]) == [victims[name]]
+        world.emulator.admin_ok(
+            "POST", "/_emulator/reclaim", {"InstanceIds": sorted(victims.values())}
+        )
+
+        def recorded() -> dict[str, dict[str, Any]] | None:
+            found = {n: world.status(ns, n).get("notices", {}).get("checkpoints") for n in victims}
+            return {n: c[0] for n, c in found.items() if c} if all(found.values()) else None
+
+        checkpoints = world.wait_until(recorded, "both onNotice results", timeout=NOTICE)
+
+        def gone() -> dict[str, Any] | None:
+            cloud = {i["InstanceId"]: i for i in world.emulator.all_instances()}
+            return cloud if all(cloud[v].get("Gone") for v in victims.values()) else None
+
+        cloud = world.wait_until(gone, "the reclaims", timeout=NOTICE + 30)
+        codes = agents.exit_codes()
+    finally:
+        agents.stop()
+
+    # The command ran on the noticed instance and ended before the cloud took it.
+    assert marker.read_text().strip() == victims["train"]
+    old = cloud[victims["train"]]
+    assert old["GoneReason"] == "reclaimed"
+    assert os.stat(marker).st_mtime < _when(old["GoneTime"])
+    assert os.stat(marker).st_mtime < _when(old["SpotTerminationTime"])
+    saved, failed = checkpoints["train"], checkpoints["broken"]
+    assert (saved["slot"], saved["instanceId"], saved["exitCode"]) == (0, victims["train"], 0)
+    assert 1.0 <= saved["seconds"] < 10 and not saved.get("timedOut")
+    assert (failed["instanceId"], failed["exitCode"]) == (victims["broken"], 7)
+    assert _when(saved["time"]) < _when(old["GoneTime"])
+    assert codes[victims["train"]] == 0 and codes[victims["broken"]] == 0  # both reported
+    events = {name: world.events(ns, name) for name in victims}
+    (good,) = [e for e in events["train"] if e[1] == "CheckpointSaved"]
+    assert good[0] == "Normal" and f"{victims['train']} (slot 0) exited 0 after" in good[2]
+    (bad,) = [e for e in events["broken"] if e[1] == "CheckpointFailed"]
+    assert bad[0] == "Warning" and "exited 7 after" in bad[2]
+    assert not [e for e in events["train"] if e[1] == "CheckpointFailed"]
+    print(
+        f"onNotice: marker {_when(old['GoneTime']) - os.stat(marker).st_mtime:.1f} s before "
+        f"the reclaim; ran {saved['seconds']:.2f} s (exit 0), failing one {failed['seconds']:.2f}"
+        " s (exit 7)"
+    )
