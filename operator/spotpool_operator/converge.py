@@ -3,14 +3,17 @@ operation runs; a restart over a pool its stack already applied runs none."""
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from spotpool.api.spec import SpotpoolSpec
 from spotpool.api.stackconfig import StackConfig
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.results import OperationResult
+from spotpool.engine.rollout import roll_out
+from spotpool.engine.stack import PoolStack, Replan
 from spotpool_operator import status as render
 from spotpool_operator.credentials import resolve
-from spotpool_operator.engine_runner import NO_CREDENTIALS, PoolWork
+from spotpool_operator.engine_runner import NO_CREDENTIALS, PoolEngine, PoolWork
 from spotpool_operator.failures import PoolProblem
 from spotpool_operator.pools import PoolRef, PoolState
 
@@ -86,3 +89,41 @@ class Converging(PoolWork):
         if credentials is None:
             return  # nothing to watch with; the timer's checks say what is missing
         self._watch(ref, pool, credentials, spec.region)
+
+    def _up_call(
+        self, engine: PoolEngine, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec,
+        config: StackConfig,
+    ) -> Callable[..., OperationResult]:  # fmt: skip
+        """A spec change of a pool already converged (beyond its count) is rolled out in batches
+        of spec.disruption, the do-not-disrupt slots last (engine/rollout.py): it previews which
+        slots the change replaces first; a change that replaces none is one plain up."""
+        applied, known = pool.applied, pool.status.observed_generation is not None
+        if (
+            not isinstance(engine, PoolStack)
+            or (applied is None and not known)  # a new pool: nothing to replace
+            or (applied and config.model_copy(update={"count": applied.count}) == applied)
+        ):
+            return engine.up
+        stack, bounds = engine, spec.disruption
+
+        def rolling(
+            placed: StackConfig, password: str | None, refresh: bool, replan: Replan | None
+        ) -> OperationResult:
+            if refresh:  # short of instances: the up looks at the cloud first, as ever
+                return stack.up(placed, password, refresh, replan)
+            rollout = roll_out(
+                stack, placed, bounds.max_unavailable, bounds.max_surge, ref.do_not_disrupt,
+                password, replan,
+                on_batch=lambda n, batch, _r: ref.logger.info(
+                    "rollout batch %d: slots %s replaced", n + 1, batch.slots
+                ),
+            )  # fmt: skip
+            if rollout.batches:
+                ref.logger.info(
+                    "rolled out: slots %s replaced in %d batch(es) in %.1f s",
+                    rollout.replaced, len(rollout.batches), rollout.seconds,
+                )  # fmt: skip
+            assert rollout.last is not None
+            return rollout.last
+
+        return rolling

@@ -10,7 +10,7 @@ the clock) comes in from outside so the logic can be tested without any of them.
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from spotpool.api.placement import NoCapacity
 from spotpool.api.spec import ChargeType, SpotpoolSpec
@@ -81,7 +81,8 @@ class PoolWork(PoolBook):
                     "up", engine.replace_slots, placed, slots, password, replan
                 )
             else:
-                result = await self._engine_call("up", engine.up, placed, password, short, replan)
+                up = self._up_call(engine, pool, ref, spec, config)
+                result = await self._engine_call("up", up, placed, password, short, replan)
         except Exception as error:
             pool.applied = None  # a failed up may have changed part of the pool: redo any spec
             self._watch(ref, pool, credentials, spec.region)
@@ -112,6 +113,13 @@ class PoolWork(PoolBook):
             status.replicas,
         )  # fmt: skip
         return result
+
+    def _up_call(
+        self, engine: PoolEngine, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec,
+        config: StackConfig,
+    ) -> Callable[..., OperationResult]:  # fmt: skip
+        """The engine's `up`; converge.py rolls a spec change out in batches (spec.disruption)."""
+        return engine.up
 
     def note_reclaimed(self, pool: PoolState, slots: Iterable[int]) -> None:
         """The cloud took these slots' instances (spot ones): placement avoids their zone x

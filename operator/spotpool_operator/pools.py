@@ -9,8 +9,9 @@ from typing import Any
 
 from spotpool.api.spec import GROUP, KIND, VERSION
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
-from spotpool.api.status import AcceptedNotice, Checkpoint, SpotpoolStatus
+from spotpool.api.status import AcceptedNotice, SpotpoolStatus
 from spotpool.engine.credentials import Credentials
+from spotpool.engine.disruption import DO_NOT_DISRUPT, parse_do_not_disrupt
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,8 @@ class PoolRef:
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = field(
         default=logging.getLogger("spotpool_operator"), compare=False
     )
+    # Slots the do-not-disrupt annotation lists: a rollout replaces them last (disruption.py).
+    do_not_disrupt: frozenset[int] = field(default=frozenset(), compare=False)
 
     @classmethod
     def from_body(
@@ -42,6 +45,9 @@ class PoolRef:
             spec=dict(body.get("spec") or {}),
             status=dict(body.get("status") or {}),
             logger=logger or logging.getLogger("spotpool_operator"),
+            do_not_disrupt=parse_do_not_disrupt(
+                (meta.get("annotations") or {}).get(DO_NOT_DISRUPT)
+            ),
         )
 
     @property
@@ -93,8 +99,6 @@ class PoolState:
     # Termination notices taken in whose replacement has not started: slot -> the notice. The
     # status keeps them too (notices.accepted): the replica that serves the pool next starts them.
     noticed: dict[int, AcceptedNotice] = field(default_factory=dict)
-    # onNotice results taken in and not yet in the status (the daemon writes them, with Events)
-    checkpoints: list[Checkpoint] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.noticed = self.noticed or {n.slot: n for n in self.status.notices.accepted}
