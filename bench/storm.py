@@ -211,9 +211,9 @@ def main() -> None:
         ) as world,
     ):  # fmt: skip
         emulator = world.emulator
-        if args.rate_limits:
-            emulator.admin_ok("POST", "/_emulator/rate-limits", {"Enabled": True})
         converge(world, args)
+        if args.rate_limits:  # after the seeding, which is no part of the storm
+            emulator.admin_ok("POST", "/_emulator/rate-limits", {"Enabled": True})
         loops = [] if args.no_loop else [
             PoolLoop(emulator, f"loop-{n:04d}", args.size, args.interval)
             for n in range(args.pools)
@@ -254,7 +254,7 @@ def main() -> None:
             sides = [s for s in before if reclaimed[s]]
             last = start
             cpu: dict[str, float] = {}
-            while len(watch.full) < len(sides):
+            while not all(side in watch.full for side in sides):
                 if time.monotonic() - start > args.timeout:
                     raise TimeoutError(f"not whole after {args.timeout} s: {watch.full}")
                 time.sleep(0.25)
