@@ -19,10 +19,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from spotpool.api.placement import Key, Offering
 from spotpool.api.spec import ChargeType
 from spotpool.api.status import Instance, SpotpoolStatus
 from spotpool.engine import cloud, prices
 from spotpool.engine.credentials import Credentials
+from spotpool_operator.capacity import StockLister
 
 log = logging.getLogger("spotpool_operator.cost")
 
@@ -131,6 +133,44 @@ class PriceBook:
                     held = dict(book)
                     self._failed.pop(account, None)
         return {pair: held[pair][1] for pair in wanted if pair in held}
+
+    def learn(
+        self, credentials: Credentials, region: str, offerings: Mapping[Key, Offering]
+    ) -> None:
+        """Take the prices a stock look-up for placement carried (capacity.py): a zone x type
+        listed with both its spot and its on-demand price is priced for the TTL, no call."""
+        spot = {(z, t): o.price for (z, t, c), o in offerings.items() if c is ChargeType.SPOTPAID}
+        full = {
+            (z, t): o.price
+            for (z, t, c), o in offerings.items()
+            if c is ChargeType.POSTPAID_BY_HOUR
+        }
+        now = self.clock()
+        learnt = {
+            pair: (now, (price, full[pair]))
+            for pair, price in spot.items()
+            if price is not None and full.get(pair) is not None
+        }
+        if learnt:
+            with self._lock:
+                self._quotes.setdefault((_account(credentials), region), {}).update(learnt)
+
+    def sharing(self, lister: StockLister) -> StockLister:
+        """`lister` (placement's stock look-up) whose answers also price pools: the look-up
+        placement makes anyway saves the price call of the pools it covers."""
+
+        def shared(
+            credentials: Credentials,
+            region: str,
+            zones: list[str],
+            types: list[str],
+            charges: list[ChargeType],
+        ) -> dict[Key, Offering]:
+            found = lister(credentials, region, zones, types, charges)
+            self.learn(credentials, region, found)
+            return found
+
+        return shared
 
     def price(
         self,

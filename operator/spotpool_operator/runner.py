@@ -70,6 +70,7 @@ def run(settings: OperatorSettings) -> None:
             engine_settings = engine_settings.model_copy(update={"writer": writer})
         return PoolStack(pool, engine_settings, credentials, region, progress)
 
+    prices = PriceBook(price_lister(endpoint))
     reconciler = Reconciler(
         settings=settings,
         cluster=cluster,
@@ -80,9 +81,10 @@ def run(settings: OperatorSettings) -> None:
         probe=probe,
         shards=shards,
         capacity=Capacity(
-            stock_lister(endpoint), CapacitySettings(avoid_seconds=settings.avoid_seconds)
+            prices.sharing(stock_lister(endpoint)),
+            CapacitySettings(avoid_seconds=settings.avoid_seconds),
         ),
-        prices=PriceBook(price_lister(endpoint)),
+        prices=prices,
     )
     registry = kopf.OperatorRegistry()
     handlers.register(registry, reconciler)

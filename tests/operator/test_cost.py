@@ -11,6 +11,7 @@ from spotpool_operator.cost import PriceBook, Quote, priced, savings
 from spotpool_operator.metrics import Metrics
 from tencentcloud.cvm.v20170312 import models
 
+from spotpool.api.placement import Key, Offering, Stock
 from spotpool.api.spec import ChargeType
 from spotpool.api.status import Instance, SpotpoolStatus
 from spotpool.engine.credentials import Credentials
@@ -198,3 +199,30 @@ def test_the_cost_metrics_follow_the_status_and_go_when_unknown_or_forgotten() -
     metrics.observe_pool("team-a", "gpu", status)
     metrics.forget_pool("team-a", "gpu")
     assert sample("spotpool_pool_hourly_cost", labels) is None
+
+
+def test_placements_stock_look_up_prices_the_pools_it_covers_without_a_price_call() -> None:
+    lister = Lister()
+    book = PriceBook(lister, ttl=60)
+
+    def stock(
+        credentials: Credentials,
+        region: str,
+        zones: list[str],
+        types: list[str],
+        charges: list[ChargeType],
+    ) -> dict[Key, Offering]:
+        return {
+            (z, t, c): Offering(z, t, c, True, Stock.ENOUGH, QUOTES[(z, t)][c is ON_DEMAND])
+            for z in zones for t in types for c in charges if (z, t) in QUOTES
+        }  # fmt: skip
+
+    looked = book.sharing(stock)(KEYS, "ap-singapore", [Z1, Z2], [GPU], [SPOT, ON_DEMAND])
+    assert looked[(Z1, GPU, SPOT)].price == 0.444  # placement gets its answer unchanged
+    status = book.price(pool(instance(0), instance(1, Z2, charge=ON_DEMAND)), KEYS, SPEC)
+    assert (status.hourly_cost, status.on_demand_hourly_cost) == (2.664, 4.44)
+    assert lister.calls == []
+    # an on-demand pool's look-up (no spot prices) prices nothing: the price call does
+    book.sharing(stock)(KEYS, "ap-singapore", [Z1], [CPU], [ON_DEMAND])
+    assert book.price(pool(instance(2, kind=CPU)), KEYS, SPEC).hourly_cost == 0.0576
+    assert len(lister.calls) == 1
