@@ -60,9 +60,10 @@ class PoolWork(PoolBook):
         pool.status = status
         credentials = await self._credentials(pool, ref, spec, "up")
         password = await self._login_password(pool, ref, spec)
-        await self._write(
-            pool, ref, render.progressing(status, reason, message, ref.generation, started)
-        )
+        progressing = render.progressing(status, reason, message, ref.generation, started)
+        ahead = bool(slots) and self.settings.fast_launch
+        if not ahead:  # else after the launch: a storm's launches wait for no status write
+            await self._write(pool, ref, progressing)
         if spec.uses_inline_credentials() and pool.inline_warned != ref.generation:
             self.events.post(ref.event_ref(), "Warning", "InlineCredentials", INLINE_WARNING)
             pool.inline_warned = ref.generation
@@ -75,8 +76,9 @@ class PoolWork(PoolBook):
             # Placed by stock; `pool.applied` keeps the spec's config, which is what changes.
             placed, replan = await self._placed(pool, spec, config, credentials, slots)
             if slots:
-                if self.settings.fast_launch:  # launched now; the run below adopts them
+                if ahead:  # launched now; the run below adopts them
                     await launch_ahead(engine, ref, placed, slots, password, pool.status)
+                    await self._write(pool, ref, progressing)
                 result = await self._engine_call(
                     "up", engine.replace_slots, placed, slots, password, replan
                 )

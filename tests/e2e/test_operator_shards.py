@@ -1,5 +1,6 @@
-"""Operator replicas sharing pools on an S3 backend (versitygw): two replicas, then a third,
-each under its own hostname as pods are; every pool served by exactly one replica at any time
+"""Operator replicas sharing pools on an S3 backend (versitygw): two replicas (one reaching the
+API server through a connection slowed throughout), then a third, each under its own hostname
+as pods are; every pool served by exactly one replica at any time
 (no two replicas ever run the engine on one stack: checked on their logs); a replica SIGKILLed
 with its whole process tree, and its pools served again by the others once its shard Leases
 expire — with no leaked, duplicated or stuck pool; pools deleted by their shard's holder."""
@@ -22,11 +23,13 @@ from spotpool_operator.sharding import shard_of
 from spotpool.cluster import s3
 from spotpool.localworld.emulator import SPOTPOOL, EmulatorProcess, start_emulator
 from spotpool.localworld.kube import Kube
+from spotpool.localworld.slow_proxy import StallProxy, target_of
 from tests.conftest import require_tool
 from tests.operator.world import OperatorWorld, pool_manifest
 
 pytestmark = pytest.mark.e2e
 POOLS, SHARDS, LEASE, REFRESH = 30, 8, 6.0, 20
+SLOW = 0.15  # seconds replica a's API-server connection adds to every chunk, each way
 RUN_LINE = re.compile(
     r"^\[(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\].*\] (?P<what>\w+) of (?P<stack>\S+) "
     r"(?P<edge>begins|ends)$"
@@ -42,16 +45,26 @@ class Fleet:
     lease_namespace: str
     replicas: dict[str, OperatorWorld] = field(default_factory=dict)
     killed: dict[str, float] = field(default_factory=dict)  # name -> time.time() of the kill
+    proxies: list[StallProxy] = field(default_factory=list)
 
-    def start(self, name: str) -> OperatorWorld:
+    def start(self, name: str, slow: float = 0.0) -> OperatorWorld:
+        """A replica; `slow`: its API-server connection goes through a proxy adding that many
+        seconds to every chunk (a brownout of one node's network)."""
         directory = self.directory / name
         directory.mkdir()
+        env = {"SPOTPOOL_SHARDS": str(SHARDS)}
+        if slow:
+            proxy = StallProxy(*target_of(self.kube.kubeconfig))
+            proxy.delay = slow
+            self.proxies.append(proxy)
+            proxied = proxy.kubeconfig(self.kube.kubeconfig, directory / "kubeconfig")
+            env["KUBECONFIG"] = str(proxied)
         world = OperatorWorld(
             self.kube, self.emulator, directory, refresh_seconds=REFRESH,
             hostname=f"spotpool-operator-{name}-{uuid.uuid4().hex[:4]}",
             lease_namespace=self.lease_namespace,
             backend_url=self.server.backend_url, backend_env=self.server.env,
-            namespace_prefix="sh-", env={"SPOTPOOL_SHARDS": str(SHARDS)},
+            namespace_prefix="sh-", env=env,
         )  # fmt: skip
         world.start()
         self.replicas[name] = world
@@ -94,6 +107,8 @@ def fleet(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flee
             kube.run("delete", "namespace", namespace, "--wait=false")
         emulator.stop()
         server.stop()
+        for proxy in fleet.proxies:
+            proxy.close()
 
 
 def _runs(world: OperatorWorld, killed_at: float | None) -> dict[str, list[tuple[float, float]]]:
@@ -154,7 +169,7 @@ def _ids(pool: dict[str, Any]) -> list[str]:
 
 
 def test_replicas_share_the_pools_and_take_over_a_killed_ones(fleet: Fleet) -> None:
-    a = fleet.start("a")
+    a = fleet.start("a", slow=SLOW)  # one replica's API-server connection slowed throughout
     fleet.start("b")
     ns = a.namespace()
     names = [f"pool-{i}" for i in range(POOLS)]
