@@ -10,6 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
+import yaml
 from spotpool_operator.metrics import NOTICE_RESULTS, Metrics
 
 from spotpool.api import notices
@@ -382,3 +384,42 @@ def test_operator_records_the_commands_result_and_posts_an_event(tmp_path: Path)
     assert all(c["time"] for c in written)
     assert world.events.reasons()[-2:] == ["CheckpointSaved", "CheckpointFailed"]
     assert "exited 1 after 4.2 s" in world.events.posted[-1][2]
+
+
+def test_a_surge_carries_the_instance_it_replaces_and_keeps_it_once_promoted() -> None:
+    from spotpool.engine.notice_nonces import held_nonces, plan_nonces
+
+    def instance(key: str, tags: dict[str, str]) -> dict[str, object]:
+        return {
+            "urn": "urn:pulumi:s::spotpool::spotpool:index:SpotPool$tencentcloud:Instance/"
+            f"instance:Instance::gpu-slot-{key}",
+            "type": "tencentcloud:Instance/instance:Instance",
+            "id": f"ins-{key.replace('-', '')}",
+            "outputs": {"tags": tags},
+        }
+
+    nonce = {notices.NONCE_TAG: "0a0a0a0a"}
+    before = held_nonces({"resources": [instance("0", nonce), instance("1", nonce)]})
+    made = plan_nonces(before, 2, surge=[1])  # the notice run: slot 1's surge
+    assert made["1-surge@previous"] == "ins-1" and "0-surge@previous" not in made
+    assert "1@previous" not in made and "0@previous" not in made
+    surge_tags = {notices.NONCE_TAG: made["1-surge"], notices.PREVIOUS_TAG: "ins-1"}
+    state = {"resources": [instance("0", nonce), instance("1-surge", surge_tags)]}
+    promoted = plan_nonces(held_nonces(state), 2, promote=[1])
+    assert promoted["1"] == made["1-surge"] and promoted["1@previous"] == "ins-1"
+    state = {"resources": [instance("0", nonce), instance("1", surge_tags)]}
+    assert plan_nonces(held_nonces(state), 2)["1@previous"] == "ins-1"  # kept from then on
+    assert "1@previous" not in plan_nonces(held_nonces(state), 2, fresh=[1])  # gone: a new one
+    # A surge made before previous ids keeps none (its user data must not change).
+    old = {"resources": [instance("1", nonce), instance("1-surge", nonce)]}
+    assert "1-surge@previous" not in plan_nonces(held_nonces(old), 2, surge=[1])
+
+    part = notices.agent_part(AGENT, "uid-a", 1, "t0k3n", "0a0a0a0a", previous="ins-1")
+    assert notices.agent_settings(part)["SPOTPOOL_PREVIOUS_INSTANCE_ID"] == "ins-1"
+    assert f"- path: {notices.PREVIOUS_FILE}\n" in part and "\n      ins-1\nruncmd:" in part
+    assert yaml.safe_load(part)["write_files"][2] == {
+        "path": notices.PREVIOUS_FILE, "permissions": "0644", "content": "ins-1\n"
+    }  # fmt: skip
+    assert len(yaml.safe_load(notices.agent_part(AGENT, "u", 1, "t"))["write_files"]) == 2
+    with pytest.raises(ValueError):
+        notices.agent_part(AGENT, "uid-a", 1, "t0k3n", previous="ins-1\nX=1")

@@ -12,7 +12,7 @@ import pulumi
 import tencentcloud_iac_pulumi as tencentcloud
 
 from spotpool.api import notices
-from spotpool.api.notices import NONCE_TAG, SURGE_SUFFIX
+from spotpool.api.notices import NONCE_TAG, PREVIOUS_TAG, SURGE_SUFFIX
 from spotpool.api.spec import ChargeType
 from spotpool.api.stackconfig import TAG_INSTALL, StackConfig
 
@@ -74,6 +74,7 @@ class SpotPool(pulumi.ComponentResource):
         adopted = c.adopted.get(slot)
         net = c.internet_accessible
         nonce = self._nonce_of(slot, surge)
+        previous = self._previous_of(slot, surge)
         return tencentcloud.instance.Instance(
             f"{self._name}-slot-{slot}{SURGE_SUFFIX if surge else ''}",
             instance_name=f"{c.pool.namespace}-{c.pool.name}-{slot}",
@@ -106,11 +107,12 @@ class SpotPool(pulumi.ComponentResource):
             allocate_public_ip=net.public_ip_assigned,
             key_ids=c.key_ids or None,
             password=self._password,
-            user_data_raw=self._user_data_of(slot, nonce),
+            user_data_raw=self._user_data_of(slot, nonce, previous),
             tags={
                 **c.instance_tags(slot),
                 **({TAG_INSTALL: self._install} if self._install else {}),
                 **({NONCE_TAG: nonce} if nonce else {}),
+                **({PREVIOUS_TAG: previous} if previous else {}),
             },
             opts=pulumi.ResourceOptions(
                 parent=self,
@@ -135,7 +137,14 @@ class SpotPool(pulumi.ComponentResource):
             return ""
         return self._nonces.get(f"{slot}{SURGE_SUFFIX}" if surge else str(slot), "")
 
-    def _user_data_of(self, slot: int, nonce: str) -> pulumi.Input[str] | None:
+    def _previous_of(self, slot: int, surge: bool) -> str:
+        """The instance a surge instance replaces, kept once it is promoted (the engine plans
+        it with the nonces: `<key>@previous`); "" for any other instance."""
+        if self._config.notice_agent is None or self._notice_key is None:
+            return ""
+        return self._nonces.get(f"{slot}{SURGE_SUFFIX if surge else ''}@previous", "")
+
+    def _user_data_of(self, slot: int, nonce: str, previous: str = "") -> pulumi.Input[str] | None:
         """The pool's user data, with the notice agent's part and this instance's token (its
         slot's and generation's) when the pool installs the agent (a surge instance carries its
         slot's number: it may be promoted)."""
@@ -146,7 +155,7 @@ class SpotPool(pulumi.ComponentResource):
 
         def render(values: list[Any]) -> str:
             token = notices.slot_token(values[1], slot, nonce)
-            part = notices.agent_part(agent, uid, slot, token, nonce)
+            part = notices.agent_part(agent, uid, slot, token, nonce, previous)
             return notices.with_agent(values[0], part)
 
         return pulumi.Output.secret(

@@ -1,7 +1,8 @@
 """spec.terminationNotices.onNotice end to end (real kube-apiserver, operator process, Pulumi
 engine, emulator, one `spotpool notice-agent` per emulated instance): on a notice the agent runs
 the pool's command on the instance before the cloud takes it, and the operator records its exit
-code and duration in the status and as an Event."""
+code and duration in the status and as an Event; the surge instance that takes the slot knows
+the instance it replaced (SPOTPOOL_PREVIOUS_INSTANCE_ID), through its promotion."""
 
 import os
 import shlex
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from spotpool.api.notices import PREVIOUS_FILE, PREVIOUS_TAG, agent_settings
 from spotpool.localworld.agents import NoticeAgents
 from spotpool.localworld.emulator import free_port
 from spotpool.localworld.kube import Kube
@@ -74,6 +76,15 @@ def test_the_on_notice_command_runs_before_the_reclaim_and_is_reported(
 
         cloud = world.wait_until(gone, "the reclaims", timeout=NOTICE + 30)
         codes = agents.exit_codes()
+
+        def promoted() -> str | None:
+            status = world.status(ns, "train")
+            (slot,) = status.get("instances") or [{}]
+            taken = slot.get("instanceId") not in (None, victims["train"])
+            return str(slot["instanceId"]) if taken and not status.get("surges") else None
+
+        surge = world.wait_until(promoted, "the surge instance in slot 0", timeout=NOTICE + 60)
+        user_data = agents._user_data([surge])[surge]
     finally:
         agents.stop()
 
@@ -95,6 +106,17 @@ def test_the_on_notice_command_runs_before_the_reclaim_and_is_reported(
     (bad,) = [e for e in events["broken"] if e[1] == "CheckpointFailed"]
     assert bad[0] == "Warning" and "exited 7 after" in bad[2]
     assert not [e for e in events["train"] if e[1] == "CheckpointFailed"]
+    # The surge instance, now the slot's, knows the instance it replaced; promoting it made
+    # nothing new (its user data did not change).
+    assert agent_settings(user_data)["SPOTPOOL_PREVIOUS_INSTANCE_ID"] == victims["train"]
+    assert f"path: {PREVIOUS_FILE}" in user_data and f"\n      {victims['train']}\n" in user_data
+    ours = [
+        i for i in world.emulator.all_instances()
+        if {"Key": "spotpool-pool-uid", "Value": uids["train"]} in (i.get("Tags") or [])
+    ]  # fmt: skip
+    assert sorted(i["InstanceId"] for i in ours) == sorted([victims["train"], surge])
+    (new,) = [i for i in ours if i["InstanceId"] == surge]
+    assert {"Key": PREVIOUS_TAG, "Value": victims["train"]} in new["Tags"]
     print(
         f"onNotice: marker {_when(old['GoneTime']) - os.stat(marker).st_mtime:.1f} s before "
         f"the reclaim; ran {saved['seconds']:.2f} s (exit 0), failing one {failed['seconds']:.2f}"

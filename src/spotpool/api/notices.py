@@ -37,6 +37,10 @@ MAX_CLOCK_SKEW = 300.0  # seconds a report's timestamp may be off the operator's
 NOTICE_AHEAD = 600.0
 NOTICE_LATE = 60.0
 NONCE_TAG = "spotpool-notice-nonce"  # the instance's generation, on the instance (not secret)
+# On a surge instance (and on it once promoted): the slot's instance it replaced, so a job can
+# resume from that one's checkpoint. Also SPOTPOOL_PREVIOUS_INSTANCE_ID in its agent's settings.
+PREVIOUS_TAG = "spotpool-previous-instance"
+PREVIOUS_FILE = "/etc/spotpool/previous-instance-id"
 NONCE_PATTERN = r"^[0-9a-f]{8,64}$"
 BEIJING = timedelta(hours=8)  # the metadata service answers in UTC+8
 _BOUNDARY = "==spotpool-notice-agent-7f3a9c=="  # fixed: the same inputs render the same user data
@@ -155,16 +159,22 @@ def signature_problem(token: str, header: str, body: bytes, now: float) -> str |
     return None
 
 
-def agent_part(agent: NoticeAgent, uid: str, slot: int, token: str, nonce: str = "") -> str:
-    """cloud-config that installs the agent as a systemd unit (settings in a root-only file)."""
+def agent_part(
+    agent: NoticeAgent, uid: str, slot: int, token: str, nonce: str = "", previous: str = ""
+) -> str:
+    """cloud-config that installs the agent as a systemd unit (settings in a root-only file);
+    `previous`: the instance a surge instance replaces (SPOTPOOL_PREVIOUS_INSTANCE_ID)."""
     lines = [
         f"SPOTPOOL_NOTICE_URL={agent.url}",
         f"SPOTPOOL_NOTICE_POOL={uid}",
         f"SPOTPOOL_NOTICE_SLOT={slot}",
         *([f"SPOTPOOL_NOTICE_NONCE={nonce}"] if nonce else []),
         *on_notice_lines(agent),
+        *([f"SPOTPOOL_PREVIOUS_INSTANCE_ID={previous}"] if previous else []),
         f"SPOTPOOL_NOTICE_TOKEN={token}",
     ]
+    if previous and not re.fullmatch(r"ins-[0-9a-z]+", previous):
+        raise ValueError(f"not an instance id: {previous!r}")
     env = "\n".join(f"      {line}" for line in lines)
     return f"""#cloud-config
 write_files:
@@ -188,10 +198,18 @@ write_files:
       RestartSec=5
       [Install]
       WantedBy=multi-user.target
-runcmd:
+{_previous_file(previous)}runcmd:
   - [systemctl, daemon-reload]
   - [systemctl, enable, --now, {AGENT_UNIT}]
 """
+
+
+def _previous_file(previous: str) -> str:
+    """A surge instance's previous instance, readable by any user (a job resuming from it);
+    nothing for any other instance (its user data stays what it was)."""
+    if not previous:
+        return ""
+    return f'  - path: {PREVIOUS_FILE}\n    permissions: "0644"\n    content: |\n      {previous}\n'
 
 
 def on_notice_lines(agent: NoticeAgent) -> list[str]:
