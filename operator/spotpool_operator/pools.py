@@ -9,7 +9,7 @@ from typing import Any
 
 from spotpool.api.spec import GROUP, KIND, VERSION
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
-from spotpool.api.status import AcceptedNotice, SpotpoolStatus
+from spotpool.api.status import AcceptedNotice, Checkpoint, SpotpoolStatus
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.disruption import DO_NOT_DISRUPT, parse_do_not_disrupt
 
@@ -99,6 +99,8 @@ class PoolState:
     # Termination notices taken in whose replacement has not started: slot -> the notice. The
     # status keeps them too (notices.accepted): the replica that serves the pool next starts them.
     noticed: dict[int, AcceptedNotice] = field(default_factory=dict)
+    # onNotice results taken in and not yet in the status (the daemon writes them, with Events)
+    checkpoints: list[Checkpoint] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.noticed = self.noticed or {n.slot: n for n in self.status.notices.accepted}
