@@ -57,17 +57,21 @@ class ArticleLoop:
     """The article's controller: every interval, count the pool's live instances by tag and
     RunInstances for the shortfall. Nothing else: no state, no refresh, no engine."""
 
-    def __init__(self, emulator: EmulatorProcess, size: int, interval: float) -> None:
+    def __init__(
+        self, emulator: EmulatorProcess, size: int, interval: float, name: str = "loop"
+    ) -> None:
         keys = Credentials(secret_id=SecretStr(SECRET_ID), secret_key=SecretStr(SECRET_KEY))
         self.client = cloud.cvm(keys, REGION, emulator.endpoint)
-        self.size, self.interval = size, interval
+        self.size, self.interval, self.name = size, interval, name  # name: its tag's value
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True, name="article-loop")
 
     def _live(self) -> int:
         request = models.DescribeInstancesRequest()
         request.from_json_string(
-            json.dumps({"Filters": [{"Name": "tag-key", "Values": [LOOP_TAG]}], "Limit": 100})
+            json.dumps(
+                {"Filters": [{"Name": f"tag:{LOOP_TAG}", "Values": [self.name]}], "Limit": 100}
+            )
         )
         reply = self.client.DescribeInstances(request)
         gone = {"TERMINATING", "SHUTDOWN", "LAUNCH_FAILED"}
@@ -90,7 +94,7 @@ class ArticleLoop:
                     "TagSpecification": [
                         {
                             "ResourceType": "instance",
-                            "Tags": [{"Key": LOOP_TAG, "Value": "loop"}],
+                            "Tags": [{"Key": LOOP_TAG, "Value": self.name}],
                         }
                     ],
                 }

@@ -34,57 +34,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pydantic import SecretStr  # noqa: E402
-from tencentcloud.cvm.v20170312 import models  # noqa: E402
 
 from bench.fleet_probe import Seeder, tree_cpu_and_rss  # noqa: E402
 from bench.plots import percentile  # noqa: E402
-from bench.reclaim_side_by_side import IMAGE, REGION, TYPE, ZONE  # noqa: E402
-from spotpool.engine import cloud  # noqa: E402
-from spotpool.engine.credentials import Credentials  # noqa: E402
-from spotpool.localworld.emulator import SECRET_ID, SECRET_KEY, EmulatorProcess  # noqa: E402
+from bench.reclaim_side_by_side import LOOP_TAG, ArticleLoop  # noqa: E402
+from spotpool.localworld.emulator import EmulatorProcess  # noqa: E402
 from spotpool.localworld.operator import OperatorWorld, local_world, pool_manifest  # noqa: E402
 
-LOOP_TAG = "article-pool"
 POOL_TAG = "spotpool-pool-uid"
 GONE = {"TERMINATING", "SHUTDOWN", "LAUNCH_FAILED"}
 
 
-class PoolLoop:
-    """The article's controller for one pool: count by tag, RunInstances the shortfall."""
+class PoolLoop(ArticleLoop):
+    """The article's controller for one pool, at its own phase, counting its own CPU-s."""
 
     def __init__(self, emulator: EmulatorProcess, name: str, size: int, interval: float) -> None:
-        keys = Credentials(secret_id=SecretStr(SECRET_ID), secret_key=SecretStr(SECRET_KEY))
-        self.client = cloud.cvm(keys, REGION, emulator.endpoint)
-        self.name, self.size, self.interval = name, size, interval
+        super().__init__(emulator, size, interval, name)
         self.cpu = 0.0  # this loop's thread's CPU-s
-        self.stop = threading.Event()
-
-    def _live(self) -> int:
-        request = models.DescribeInstancesRequest()
-        filters = [{"Name": f"tag:{LOOP_TAG}", "Values": [self.name]}]
-        request.from_json_string(json.dumps({"Filters": filters, "Limit": 100}))
-        reply = self.client.DescribeInstances(request)
-        return sum(1 for item in reply.InstanceSet if item.InstanceState not in GONE)
-
-    def _launch(self, count: int) -> None:
-        request = models.RunInstancesRequest()
-        body = {
-            "InstanceChargeType": "SPOTPAID",
-            "InstanceMarketOptions": {
-                "MarketType": "spot",
-                "SpotOptions": {"MaxPrice": "1000", "SpotInstanceType": "one-time"},
-            },
-            "Placement": {"Zone": ZONE},
-            "InstanceType": TYPE,
-            "ImageId": IMAGE,
-            "InstanceCount": count,
-            "TagSpecification": [
-                {"ResourceType": "instance", "Tags": [{"Key": LOOP_TAG, "Value": self.name}]}
-            ],
-        }
-        request.from_json_string(json.dumps(body))
-        self.client.RunInstances(request)
 
     def run(self, phase: float) -> None:
         self.stop.wait(phase)
@@ -93,7 +59,7 @@ class PoolLoop:
             try:
                 missing = self.size - self._live()
                 if missing > 0:
-                    self._launch(missing)
+                    self._run_instances(missing)
             except Exception as error:  # the article's loop logs and goes on
                 print(f"  loop {self.name}: {type(error).__name__}", file=sys.stderr)
             self.cpu += time.thread_time() - started

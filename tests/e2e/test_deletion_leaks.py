@@ -6,18 +6,14 @@ with no instance of the pool left running."""
 from collections.abc import Iterator
 
 import pytest
-from pydantic import SecretStr
 from tencentcloud.cvm.v20170312 import models
 
-from spotpool.engine import cloud
-from spotpool.engine.credentials import Credentials
 from spotpool.localworld.kube import Kube
 from tests.e2e.conftest import operator_world
-from tests.emulator.harness import spot_request
+from tests.e2e.test_operator import tagged_instance
 from tests.operator.world import OperatorWorld, pool_manifest
 
 pytestmark = pytest.mark.e2e
-LEASE_NAME = "spotpool-operator"
 
 
 @pytest.fixture(scope="module")
@@ -32,16 +28,7 @@ def test_deletion_waits_for_a_young_tagged_instance_and_leaves_none(world: Opera
     pool = world.wait_ready(ns, "leaky", 1)
     uid = pool["metadata"]["uid"]
     # What a run killed mid-create leaves: an instance of this install for slot 1, not in state.
-    tags = {"spotpool-pool-uid": uid, "spotpool-pool": f"{ns}/leaky", "spotpool-slot": "1",
-            "spotpool-install": f"default.{LEASE_NAME}"}  # fmt: skip
-    keys = Credentials(
-        secret_id=SecretStr(world.emulator.secret_id),
-        secret_key=SecretStr(world.emulator.secret_key),
-    )
-    client = cloud.cvm(keys, "ap-singapore", world.emulator.endpoint)
-    request = spot_request(count=1, zone="ap-singapore-2", instance_type="GN7.2XLARGE32",
-                           tags=tags, ImageId="img-eb30mz89")  # fmt: skip
-    (young,) = [str(i) for i in client.RunInstances(request).InstanceIdSet]
+    client, young = tagged_instance(world, ns, "leaky", uid, slot=1)
 
     world.kube.ok("-n", ns, "delete", "spotpool", "leaky", "--wait=false")
 

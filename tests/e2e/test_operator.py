@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import SecretStr
@@ -364,8 +365,22 @@ def test_a_second_writers_in_flight_instance_is_not_terminated(world: OperatorWo
     world.apply(ns, pool_manifest("shared", replicas=1, maximum=5))
     pool = world.wait_ready(ns, "shared", 1)
     uid = pool["metadata"]["uid"]
-    tags = {"spotpool-pool-uid": uid, "spotpool-pool": f"{ns}/shared", "spotpool-slot": "3",
-            "spotpool-install": f"default.{LEASE_NAME}"}  # fmt: skip
+    client, in_flight = tagged_instance(world, ns, "shared", uid, slot=3)
+    world.apply(ns, pool_manifest("shared", replicas=2, maximum=5))  # an up (and its sweep) runs
+    pool = world.wait_ready(ns, "shared", 2)
+    assert in_flight in world.cloud(uid)
+    assert in_flight not in _instance_ids(pool["status"])
+    assert not [m for _, r, m in world.events(ns, "shared") if r == "OrphanTerminated"]
+    client.TerminateInstances(_terminate(in_flight))  # the other writer's to clean up
+
+
+def tagged_instance(
+    world: OperatorWorld, ns: str, name: str, uid: str, slot: int
+) -> tuple[Any, str]:
+    """An instance of this install tagged for the pool's `slot` that its stack does not hold
+    (another writer's, or a killed run's create): the client that made it, and its id."""
+    tags = {"spotpool-pool-uid": uid, "spotpool-pool": f"{ns}/{name}",
+            "spotpool-slot": str(slot), "spotpool-install": f"default.{LEASE_NAME}"}  # fmt: skip
     keys = Credentials(
         secret_id=SecretStr(world.emulator.secret_id),
         secret_key=SecretStr(world.emulator.secret_key),
@@ -373,13 +388,8 @@ def test_a_second_writers_in_flight_instance_is_not_terminated(world: OperatorWo
     client = cloud.cvm(keys, "ap-singapore", world.emulator.endpoint)
     request = spot_request(count=1, zone="ap-singapore-2", instance_type="GN7.2XLARGE32",
                            tags=tags, ImageId="img-eb30mz89")  # fmt: skip
-    (in_flight,) = [str(i) for i in client.RunInstances(request).InstanceIdSet]
-    world.apply(ns, pool_manifest("shared", replicas=2, maximum=5))  # an up (and its sweep) runs
-    pool = world.wait_ready(ns, "shared", 2)
-    assert in_flight in world.cloud(uid)
-    assert in_flight not in _instance_ids(pool["status"])
-    assert not [m for _, r, m in world.events(ns, "shared") if r == "OrphanTerminated"]
-    client.TerminateInstances(_terminate(in_flight))  # the other writer's to clean up
+    (made,) = [str(i) for i in client.RunInstances(request).InstanceIdSet]
+    return client, made
 
 
 def _terminate(instance_id: str) -> object:
