@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -166,6 +167,7 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=20.0)
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--keep-log", type=Path, help="copy the operator's log here at the end")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores", flush=True)
@@ -235,6 +237,8 @@ def main() -> None:
         finally:
             for loop in loops:
                 loop.stop.set()
+            if args.keep_log:
+                shutil.copyfile(world.log, args.keep_log)
     print(
         f"{args.pools} pools of {args.size} a side, {args.share:.0%} reclaimed at once, interval "
         f"{args.interval:g} s, boot {args.boot:g} s, emulator limits "

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -31,6 +32,7 @@ from spotpool_operator.pools import PoolRef, operator_class
 from spotpool_operator.reconciler import Reconciler
 
 RESOURCE = (GROUP, VERSION, PLURAL)
+BLOCKING_THREADS = 32  # the event loop's pool for blocking calls (Secrets, status, SDK)
 PREFIX = GROUP  # annotations and the finalizer carry the API group, not kopf's
 Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
 
@@ -153,6 +155,11 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
     @kopf.on.startup(registry=registry)
     async def start_background(memo: kopf.Memo, **_: Any) -> None:
         """The shards' Leases first (nothing is written without them), then the fleet probe."""
+        # Secret reads and status writes go through to_thread: in a storm hundreds of pools
+        # need them at once, and the default pool (cores + 4 threads) would queue them.
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(max_workers=BLOCKING_THREADS, thread_name_prefix="blocking")
+        )
         if shards is not None:
             memo["shards"] = asyncio.create_task(shards.run(), name="shards")
             await asyncio.to_thread(shards.first_step.wait, settings.lease_duration)
