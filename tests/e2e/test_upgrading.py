@@ -17,13 +17,12 @@ from tests.e2e.test_helm import CHART, CRD, _article_pool, helm
 
 pytestmark = pytest.mark.e2e
 
-NAMESPACE = "spotpool-system"
+NAMESPACE = "spotpool-system"  # one a release: the chart keeps its state PVC on uninstall
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
     with local_cluster(tmp_path_factory.mktemp("upgrade-cluster")) as kube:
-        kube.ok("create", "namespace", NAMESPACE)
         yield kube
 
 
@@ -38,31 +37,35 @@ def _chart_with_crd_template(directory: Path) -> Path:
     return chart
 
 
-def _release_with_a_pool(kube: Kube, directory: Path, release: str) -> None:
-    helm(kube, "install", release, str(_chart_with_crd_template(directory)), "-n", NAMESPACE)
+def _release_with_a_pool(kube: Kube, directory: Path, release: str) -> str:
+    """The release installed in a namespace of its own (returned), and a pool."""
+    namespace = f"{NAMESPACE}-{release}"
+    kube.ok("create", "namespace", namespace)
+    helm(kube, "install", release, str(_chart_with_crd_template(directory)), "-n", namespace)
     kube.ok("wait", "--for=condition=Established", f"crd/{CRD}", "--timeout=60s")
     kube.ok("apply", "-f", "-", stdin=_article_pool("default"))
+    return namespace
 
 
 def test_the_upgrade_to_the_crds_folder_deletes_a_templated_crd_and_its_pools(
     cluster: Kube, tmp_path: Path
 ) -> None:
-    _release_with_a_pool(cluster, tmp_path, "before")
-    helm(cluster, "upgrade", "before", str(CHART), "-n", NAMESPACE)
+    namespace = _release_with_a_pool(cluster, tmp_path, "before")
+    helm(cluster, "upgrade", "before", str(CHART), "-n", namespace)
     cluster.ok("wait", "--for=delete", f"crd/{CRD}", "--timeout=60s")
     assert cluster.run("get", "crd", CRD).returncode != 0
-    helm(cluster, "uninstall", "before", "-n", NAMESPACE)
+    helm(cluster, "uninstall", "before", "-n", namespace)
 
 
 def test_the_documented_step_keeps_the_crd_and_the_pools(cluster: Kube, tmp_path: Path) -> None:
-    _release_with_a_pool(cluster, tmp_path, "kept")
+    namespace = _release_with_a_pool(cluster, tmp_path, "kept")
     cluster.ok("annotate", "crd", CRD, "helm.sh/resource-policy=keep")
-    helm(cluster, "upgrade", "kept", str(CHART), "-n", NAMESPACE)
+    helm(cluster, "upgrade", "kept", str(CHART), "-n", namespace)
     cluster.ok("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
     assert cluster.ok("get", "spotpools", "-n", "default", "-o", "name").split() == [
         "spotpool.devops.jokerbai.com/spotpool-sample"
     ]
-    helm(cluster, "upgrade", "kept", str(CHART), "-n", NAMESPACE, "--set", "maxConcurrent=5")
-    helm(cluster, "uninstall", "kept", "-n", NAMESPACE)
+    helm(cluster, "upgrade", "kept", str(CHART), "-n", namespace, "--set", "maxConcurrent=5")
+    helm(cluster, "uninstall", "kept", "-n", namespace)
     assert cluster.ok("get", "crd", CRD, "-o", "name").strip().endswith(CRD)
     assert "spotpool-sample" in cluster.ok("get", "spotpools", "-n", "default", "-o", "name")
