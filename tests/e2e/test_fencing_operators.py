@@ -8,11 +8,11 @@ import json
 import re
 import time
 import uuid
-from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from spotpool.localworld import run_log
 from spotpool.localworld.emulator import start_emulator
 from spotpool.localworld.kube import Kube
 from spotpool.localworld.slow_proxy import StallProxy, target_of
@@ -21,55 +21,6 @@ from tests.operator.world import OperatorWorld, pool_manifest
 
 pytestmark = pytest.mark.e2e
 POOLS, SHARDS, LEASE = 6, 4, 6.0
-# Unanchored: a line another thread printed in pieces (a traceback of a killed run) may
-# stand before a log line in the same file.
-RUN_LINE = re.compile(
-    r"\[(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\].*\] (?P<what>\w+) of (?P<stack>\S+) "
-    r"(?P<edge>begins|ends)$"
-)
-
-
-def _runs(log: Path, open_until: float) -> dict[str, list[tuple[float, float, str]]]:
-    """stack -> the intervals this replica ran Pulumi on it, from its log (a run never ended:
-    until `open_until`)."""
-    depth: dict[str, int] = {}
-    began: dict[str, float] = {}
-    spans: dict[str, list[tuple[float, float, str]]] = {}
-    for line in log.read_text(errors="replace").splitlines():
-        found = RUN_LINE.search(line)
-        if not found:
-            continue
-        at = datetime.strptime(found["at"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-        stack = found["stack"]
-        if found["edge"] == "begins":
-            if not depth.get(stack):
-                began[stack] = at
-            depth[stack] = depth.get(stack, 0) + 1
-        else:
-            depth[stack] -= 1
-            if not depth[stack]:
-                spans.setdefault(stack, []).append((began[stack], at, found["what"]))
-    for stack, left in depth.items():
-        if left:
-            spans.setdefault(stack, []).append((began[stack], open_until, "unended"))
-    return spans
-
-
-def _overlaps(replicas: dict[str, OperatorWorld]) -> tuple[list[str], int]:
-    now = time.time()
-    runs = {name: _runs(world.log, now) for name, world in replicas.items()}
-    found, count = [], 0
-    for name, by_stack in runs.items():
-        for stack, spans in by_stack.items():
-            count += len(spans)
-            for other, theirs in runs.items():
-                if other <= name:
-                    continue
-                for start, end, what in spans:
-                    for o_start, o_end, o_what in theirs.get(stack, []):
-                        if start < o_end and o_start < end:
-                            found.append(f"{stack}: {name} {what} and {other} {o_what}")
-    return found, count
 
 
 def test_a_stalled_replica_and_a_replica_15s_ahead_never_run_pulumi_on_one_stack(
@@ -130,7 +81,8 @@ def test_a_stalled_replica_and_a_replica_15s_ahead_never_run_pulumi_on_one_stack
             assert sorted(a.cloud(uids[name])) == ids, name  # no leak, no duplicate
         locks = tmp_path / "backend" / ".pulumi" / "locks"
         assert not [p for p in locks.rglob("*.json")], "a lock left"
-        overlaps, runs = _overlaps(replicas)
+        logs = {name: world.log for name, world in replicas.items()}
+        overlaps, runs = run_log.overlaps(logs, time.time())
         print(f"\n{runs} engine runs over {POOLS} stacks by 2 replicas; {len(overlaps)} overlap")
         assert not overlaps, overlaps
         b_log = replicas["b"].log.read_text(errors="replace")
