@@ -2,6 +2,7 @@
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import typer
@@ -9,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spotpool.toolchain.gobuild import ToolUnavailable
-from spotpool.toolchain.install import BUILT, LOCAL_SOURCE_ENV, install, status
+from spotpool.toolchain.install import BUILT, LOCAL_SOURCE_ENV, obtain, place, status
 from spotpool.toolchain.manifest import TOOLS, TOOLS_BY_NAME, Tool
 from spotpool.toolchain.paths import bin_dir, cache_root, pulumi_home
 
@@ -37,6 +38,13 @@ def install_command(
         help="a directory of tool source folders (an offline mirror), built from when every "
         "other source fails",
     ),
+    jobs: int = typer.Option(
+        2,
+        "--jobs",
+        min=1,
+        help="tools built at once: a build's downloads and its serial link step leave cores "
+        "idle that the next build fills",
+    ),
 ) -> None:
     """Install the pinned tools into the user-level cache (idempotent)."""
     if local_source is not None and not local_source.is_dir():
@@ -44,11 +52,23 @@ def install_command(
     local_source = local_source.resolve() if local_source else None
     failed: list[str] = []
     table = Table("tool", "version", "source", "seconds", "peak MiB", title="toolchain")
-    for tool in _select(names):
-        started = time.monotonic()
-        with console.status(f"{tool.name} {tool.version}…"):
+    tools = _select(names)
+    started = time.monotonic()
+    with (
+        console.status(f"{len(tools)} tools, {jobs} at a time…"),
+        ThreadPoolExecutor(max_workers=jobs) as pool,
+    ):
+        obtaining = [
+            (tool, pool.submit(obtain, tool, lambda line: console.log(line), local_source))
+            for tool in tools
+        ]
+        # Placed in the manifest's order: a plugin's registration needs the pulumi CLI placed.
+        for tool, future in obtaining:
             try:
-                record = install(tool, lambda line: console.log(line), local_source)
+                obtained = future.result()
+                record = obtained.record
+                if not obtained.placed:
+                    record = place(tool, record, local_source)
             except ToolUnavailable as err:
                 if tool.optional_because:
                     console.print(
@@ -59,10 +79,11 @@ def install_command(
                 console.print(f"[red]✗ {tool.name} {tool.version} cannot be had here:[/] {err}")
                 failed.append(tool.name)
                 continue
-        took = record.seconds if record.source in BUILT else time.monotonic() - started
-        peak = f"{record.peak_rss_mib:.0f}" if record.peak_rss_mib else "-"
-        table.add_row(tool.name, tool.version, record.source, f"{took:.1f}", peak)
+            took = record.seconds if record.source in BUILT else 0.0
+            peak = f"{record.peak_rss_mib:.0f}" if record.peak_rss_mib else "-"
+            table.add_row(tool.name, tool.version, record.source, f"{took:.1f}", peak)
     console.print(table)
+    console.print(f"toolchain: {time.monotonic() - started:.0f} s in all")
     if failed:
         console.print(f"[red]missing:[/] {', '.join(failed)}")
         raise typer.Exit(1)

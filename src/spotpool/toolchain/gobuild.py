@@ -128,6 +128,12 @@ def wrapper_go_mod(spec: GoBuild, version: str, gomod: GoMod) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _ldflags(recipe: list[str]) -> str:
+    # No symbol table or DWARF: the link of the big binaries (the tencentcloud plugin,
+    # kube-apiserver) spends much of its time writing them, and nobody debugs these tools here.
+    return " ".join(["-s", "-w", *recipe])
+
+
 def build(spec: GoBuild, workdir: Path, output: Path) -> BuildReport:
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "go.mod").unlink(missing_ok=True)
@@ -139,8 +145,7 @@ def build(spec: GoBuild, workdir: Path, output: Path) -> BuildReport:
     args = ["build", "-o", str(output)]
     if spec.tags:
         args += ["-tags", ",".join(spec.tags)]
-    if spec.ldflags:
-        args += ["-ldflags", " ".join(spec.ldflags)]
+    args += ["-ldflags", _ldflags(spec.ldflags)]
     args.append(spec.package)
     return _timed_go(args, workdir, workdir, spec.package, spec.checksum_db)
 
@@ -158,9 +163,7 @@ def build_local(source: Path, spec: LocalSource, workdir: Path, output: Path) ->
     shutil.copytree(source, copy, copy_function=shutil.copyfile, symlinks=True)
     for directory, _, _ in os.walk(copy):
         Path(directory).chmod(0o755)
-    args = ["build", "-o", str(output)]
-    if spec.ldflags:
-        args += ["-ldflags", " ".join(spec.ldflags)]
+    args = ["build", "-o", str(output), "-ldflags", _ldflags(spec.ldflags)]
     args.append(spec.package)
     return _timed_go(args, copy / spec.module_dir, workdir, spec.package, checksum_db=True)
 

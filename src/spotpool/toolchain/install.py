@@ -198,25 +198,41 @@ def install(
 
     `local_source` is the directory of source folders (one per tool, named in the manifest).
     """
+    obtained = obtain(tool, say, local_source)
+    if obtained.placed:
+        return obtained.record
+    return place(tool, obtained.record, local_source)
+
+
+class Obtained(BaseModel):
+    record: InstallRecord
+    placed: bool = Field(description="already installed and registered: nothing left to do")
+
+
+def obtain(tool: Tool, say: Callable[[str], None], local_source: Path | None = None) -> Obtained:
+    """The binary from the first source that has it. Touches only the tool's own directories,
+    so several tools can be obtained at once (their Go builds overlap)."""
     directory = tool_dir(tool)
     directory.mkdir(parents=True, exist_ok=True)
     binary = directory / tool.binary
-    record_file = directory / "install.json"
     if status(tool).ok and (kept := read_record(tool)) is not None:
-        return kept
-
-    record: InstallRecord | None = None
+        return Obtained(record=kept, placed=True)
     reasons: list[str] = []
     for source in source_order(tool):
         try:
             record = _try_source(source, tool, binary, say, local_source)
         except ToolUnavailable as err:
             reasons.append(f"{source}: {err}")
+            continue
         if record is not None:
-            break
-    if record is None:
-        raise ToolUnavailable("; ".join(reasons) or "no source configured")
+            return Obtained(record=record, placed=False)
+    raise ToolUnavailable("; ".join(reasons) or "no source configured")
 
+
+def place(tool: Tool, record: InstallRecord, local_source: Path | None = None) -> InstallRecord:
+    """Extra files, the links on PATH, the plugin registration (needs the pulumi CLI placed
+    first) and the record: done one tool at a time, in the manifest's order."""
+    directory = tool_dir(tool)
     folder = _local_folder(tool, local_source) if record.source == LOCAL_SOURCE else None
     for filename, (module, version, path) in tool.extra_files.items():
         extra = directory / filename
@@ -226,8 +242,8 @@ def install(
             extra.write_bytes(gobuild.module_file(module, version, path, build_dir(tool)))
         extra.chmod(0o755)
     link_into_bin(tool)
-    _register_plugin(tool, binary)
-    record_file.write_text(json.dumps(record.model_dump(), indent=2))
+    _register_plugin(tool, directory / tool.binary)
+    (directory / "install.json").write_text(json.dumps(record.model_dump(), indent=2))
     return record
 
 
