@@ -122,6 +122,23 @@ def calls_after(emulator: EmulatorProcess, since: float) -> dict[str, dict[str, 
     return counts
 
 
+def launch_window(emulator: EmulatorProcess, reclaimed_at: float) -> str:
+    """When our RunInstances calls were answered, after the reclaim, and how many were refused:
+    what separates the operator's part of a replacement from the boot and the watch."""
+    calls = [
+        c for c in emulator.admin_ok("GET", "/_emulator/requests?action=RunInstances")["Requests"]
+        if c["Time"] >= reclaimed_at and LOOP_TAG not in json.dumps(c.get("Params") or {})
+    ]  # fmt: skip
+    ok = [c["Time"] - reclaimed_at for c in calls if c["Code"] == "OK"]
+    refused = len(calls) - len(ok)
+    if not ok:
+        return f"no RunInstances answered OK ({refused} refused)"
+    return (
+        f"RunInstances OK {len(ok)} from +{min(ok):.1f} s to +{max(ok):.1f} s "
+        f"({len(ok) / max(max(ok) - min(ok), 0.1):.1f}/s), {refused} refused"
+    )
+
+
 def converge(world: OperatorWorld, args: argparse.Namespace) -> None:
     namespace = world.namespace()
     if args.seeded:
@@ -216,17 +233,20 @@ def main() -> None:
             loop_cpu0 = sum(loop.cpu for loop in loops)
             since = max((c["Time"] for c in emulator.admin_ok("GET", "/_emulator/requests")[
                 "Requests"]), default=0.0)  # fmt: skip
-            start = time.monotonic()
+            start, reclaimed_at = time.monotonic(), time.time()
             emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": sorted(victims)})
             watch = Watch(before, args.size, victims)
             sides = [s for s in before if reclaimed[s]]
             last = start
+            looks: list[float] = []  # how long each look at the emulator took
             cpu: dict[str, float] = {}
             while not all(side in watch.full for side in sides):
                 if time.monotonic() - start > args.timeout:
                     raise TimeoutError(f"not whole after {args.timeout} s: {watch.full}")
                 time.sleep(0.25)
+                looked = time.monotonic()
                 now_fleet, now = fleet(emulator), time.monotonic()
+                looks.append(now - looked)
                 watch.look(now_fleet, now - start, now - last)
                 last = now
                 if "spotpool" in watch.full and "spotpool" not in cpu:
@@ -234,6 +254,7 @@ def main() -> None:
                 if "loop" in watch.full and "loop" not in cpu:
                     cpu["loop"] = sum(loop.cpu for loop in loops) - loop_cpu0
             calls = calls_after(emulator, since)
+            window = launch_window(emulator, reclaimed_at)
         finally:
             for loop in loops:
                 loop.stop.set()
@@ -254,6 +275,11 @@ def main() -> None:
             f"RunInstances {calls[side].get('RunInstances', 0)}, DescribeInstances "
             f"{calls[side].get('DescribeInstances', 0)}; CPU {cpu.get(side, 0.0):5.1f} s"
         )
+    print(f"  spotpool  {window}")
+    print(
+        f"  watch: {len(looks)} looks at the emulator, median {statistics.median(looks):.2f} s, "
+        f"max {max(looks):.2f} s (a replacement is seen up to one look late)"
+    )
     if len(sides) == 2:
         ours, theirs = (watch.latencies(s, reclaimed[s]) for s in ("spotpool", "loop"))
         print(

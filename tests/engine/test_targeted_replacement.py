@@ -1,0 +1,57 @@
+"""The operator's reclaim path without the fast path (`replace_slots`), for real: one Pulumi
+CLI process (the `up`; the new slot's nonce is written into the stack's settings file, not
+by a `config set-all` run), and afterwards the stack is what a plain `pulumi preview` expects."""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pulumi import automation as auto
+
+from spotpool.localworld.emulator import wait_until
+from tests.engine.conftest import EngineWorld
+from tests.engine.test_fast_launch import (
+    PASSWORD,
+    _config,
+    _pool,
+    _pool_instances,
+    _preview_expecting_no_changes,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_targeted_replacement_is_one_cli_run_and_previews_no_change(
+    world: EngineWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = _pool(world)
+    config = _config(world, stack, 2)
+    first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
+    settings_file = world.settings.work_root / stack.name / f"Pulumi.{stack.name}.yaml"
+    secure_before = {
+        k: v for k, v in yaml.safe_load(settings_file.read_text())["config"].items()
+        if isinstance(v, dict)
+    }  # fmt: skip
+    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[1]]})
+    wait_until(lambda: first[1] not in _pool_instances(world, stack), "the reclaim", timeout=30)
+
+    commands: list[str] = []
+    run = auto.PulumiCommand.run
+
+    def counted(self: auto.PulumiCommand, args: list[str], *rest: Any, **kw: Any) -> Any:
+        commands.append(args[0])
+        return run(self, args, *rest, **kw)
+
+    monkeypatch.setattr(auto.PulumiCommand, "run", counted)
+    replaced = stack.replace_slots(config, [1], login_password=PASSWORD)
+    monkeypatch.undo()
+
+    assert commands == ["up"]
+    after = {i.slot: i.instance_id for i in replaced.instances}
+    assert after[0] == first[0] and after[1] != first[1]
+    assert sorted(_pool_instances(world, stack)) == sorted(after.values())
+    written = yaml.safe_load(settings_file.read_text())["config"]
+    assert {k: v for k, v in written.items() if isinstance(v, dict)} == secure_before
+    assert PASSWORD not in settings_file.read_text()
+    _preview_expecting_no_changes(world, stack, tmp_path)
