@@ -181,7 +181,7 @@ def main() -> None:
     parser.add_argument("--seeded", action="store_true", help="seed pools (fleet_probe.py)")
     parser.add_argument("--no-loop", action="store_true", help="the operator's side only")
     parser.add_argument("--rate-limits", action="store_true", help="the emulator's real limits")
-    parser.add_argument("--settle", type=float, default=20.0)
+    parser.add_argument("--settle", type=float, default=30.0, help="a fleet at rest first")
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep-log", type=Path, help="copy the operator's log here at the end")

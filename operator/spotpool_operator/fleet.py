@@ -8,9 +8,11 @@ a state filter, whatever its size) and swept page by page only when the count mo
 instances changed since the last sweep, so 2,000 idle instances cost one call a tick, not 20.
 The tick comes from an API budget, not from the pools: max(min_tick, √pages / budget) seconds,
 so a small fleet is looked at every second and 2,000 instances every 4.5 s (13 calls a minute
-at the default budget). A throttled or failed look backs off; it never turns into anything more
-expensive. Blind spot: a loss and an unrelated creation by another writer between two counts
-keep the count equal; the next sweep (any pool's change) or the pool's own timer finds it.
+at the default budget). Calls not spent while the fleet is quiet are saved, up to one sweep of
+it: the sweep a storm calls for goes at once, and the pauses after it pay it back. A throttled
+or failed look backs off; it never turns into anything more expensive. Blind spot: a loss and
+an unrelated creation by another writer between two counts keep the count equal; the next sweep
+(any pool's change) or the pool's own timer finds it.
 """
 
 import asyncio
@@ -84,6 +86,10 @@ class FleetProbe:
         self.counts = 0
         self.calls = 0  # DescribeInstances calls, in all
         self.failures = 0
+        # Calls saved up while the fleet was quiet (at most one whole sweep of every group),
+        # so the sweep a reclaim calls for goes at once instead of after the last one's pause.
+        self._saved = 0.0
+        self._saved_at = time.monotonic()
 
     # --- what pools do ---------------------------------------------------------------------
 
@@ -130,8 +136,8 @@ class FleetProbe:
         return max(self.settings.min_tick, math.sqrt(pages) / self.settings.budget)
 
     async def run(self) -> None:
-        """Look until cancelled; a round that spent more calls than a tick's worth waits longer
-        (the budget holds on average), a failed one backs off."""
+        """Look until cancelled; a round that spent more calls than were saved up waits until
+        they are paid back (the budget holds on average), a failed one backs off."""
         failures = 0
         while True:
             started, calls = time.monotonic(), self.calls
@@ -140,9 +146,19 @@ class FleetProbe:
                 if not await self.look(key, group):
                     failed = True
             failures = failures + 1 if failed else 0
-            spent = (self.calls - calls) / self.settings.budget
-            pause = max(self.tick(), spent) + self.backoff(failures)
+            owed = self.pay(self.calls - calls)
+            pause = max(self.tick(), owed) + self.backoff(failures)
             await asyncio.sleep(max(0.0, pause - (time.monotonic() - started)))
+
+    def pay(self, calls: int, now: float | None = None) -> float:
+        """Take `calls` from the calls saved at `budget` a second (at most one sweep of every
+        group and a count); the seconds until what is owed is paid back (0: nothing owed)."""
+        now = time.monotonic() if now is None else now
+        budget = self.settings.budget
+        most = sum(group.pages for group in self._groups.values()) + len(self._groups)
+        self._saved = min(most, self._saved + (now - self._saved_at) * budget) - calls
+        self._saved_at = now
+        return max(0.0, -self._saved / budget)
 
     def backoff(self, failures: int) -> float:
         """Pause after `failures` failed looks in a row: two ticks, doubling, capped."""

@@ -244,3 +244,23 @@ EMULATOR_CODES = [
 @pytest.mark.parametrize("code", EMULATOR_CODES)
 def test_every_code_the_emulator_answers_is_classified(code: str) -> None:
     assert cloud_errors.classify_code(code).kind is not cloud_errors.Kind.UNKNOWN
+
+
+def test_a_quiet_fleet_saves_up_a_sweep_and_a_burst_of_sweeps_pays_it_back() -> None:
+    probe = FleetProbe(FakeCloud().list, ProbeSettings(budget=1.0, min_tick=1.0))
+    probe.watch("a", KEYS, "r1", {}, lambda _: None)
+    next(iter(probe._groups.values())).instances = 2000  # a sweep: 20 calls
+    now = probe._saved_at
+    assert probe.pay(21, now) == pytest.approx(21.0)  # nothing saved yet: 21 s to pay back
+    now += 21.0
+    for _ in range(1, 20):  # a quiet fleet: one count a tick (4.5 s)
+        now += probe.tick()
+        assert probe.pay(1, now) == 0.0
+    now += probe.tick()
+    assert probe.pay(21, now) == 0.0  # the storm's sweep goes at once...
+    assert probe.pay(21, now) == pytest.approx(21.0)  # ...the next waits for it to be paid
+    calls, start = 0, now
+    while now - start < 600:  # sweeping as often as allowed: the budget holds on average
+        now += max(probe.tick(), probe.pay(21, now))
+        calls += 21
+    assert calls / (now - start) <= 1.0 + 21 / 600
