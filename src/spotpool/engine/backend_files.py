@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from minio import Minio
+from minio.error import S3Error
 
 ROOT = ".pulumi"
 
@@ -123,6 +124,24 @@ def open_backend(url: str, env: Mapping[str, str] | None = None) -> BackendFiles
         # buckets made after 2024-01-01: PathStyleDomainForbidden); minio would not.
         client.enable_virtual_style_endpoint()  # type: ignore[no-untyped-call]
     return S3Backend(client, parts.netloc, parts.path)
+
+
+def checkpoint_exists(files: BackendFiles, project: str, stack: str) -> bool:
+    """Whether the backend holds the stack (a checkpoint file in any of its forms); True when
+    it cannot tell."""
+    for suffix in (".json.gz", ".json", ".json.zst"):
+        try:
+            files.read(f"{ROOT}/stacks/{project}/{stack}{suffix}")
+        except FileNotFoundError:
+            continue
+        except S3Error as err:
+            if err.code == "NoSuchKey":
+                continue
+            return True
+        except Exception:  # unreadable: it may well be there
+            return True
+        return True
+    return False
 
 
 def latest_deployment(files: BackendFiles, project: str, stack: str) -> dict[str, Any] | None:

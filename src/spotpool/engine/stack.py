@@ -29,6 +29,7 @@ from spotpool.api.stackconfig import (
     StackConfig,
 )
 from spotpool.engine import api_proxy, cloud_errors, config_file, launch_intents, recovery
+from spotpool.engine.backend_files import checkpoint_exists, open_backend
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.disruption import replaced_slots
 from spotpool.engine.errors import (
@@ -579,7 +580,17 @@ class PoolStack:
                 backend=auto.ProjectBackend(url=backend or self.settings.backend_url),
             ),
         )
+        settings_file = config_file.settings_path(work_dir, self.name)
+        if create and not settings_file.exists() and not self._in_backend(backend):
+            passphrase = self.settings.passphrase.get_secret_value()
+            config_file.prepare_new_stack(settings_file, passphrase)
         return LeanStack.open(self.name, workspace, create)
+
+    def _in_backend(self, backend: str | None) -> bool:
+        """Whether the backend may hold the stack already (True unless a self-managed backend
+        says it has no checkpoint of it)."""
+        files = open_backend(backend or self.settings.backend_url, self._run_env())
+        return files is None or checkpoint_exists(files, PROJECT, self.name)
 
     def _run_env(self) -> dict[str, str]:
         env = {
@@ -651,7 +662,9 @@ class PoolStack:
                 previous is not None and previous.get(key) == plain[key] for key in secret
             )
             unsecret = {key: value for key, value in plain.items() if key not in secret}
-            if not (same_secrets and config_file.write_plain(stack, unsecret)):
+            secrets = {} if same_secrets else {key: values[key].value for key in secret}
+            passphrase = self.settings.passphrase.get_secret_value()
+            if not config_file.write(stack, unsecret, secrets, passphrase):
                 stack.set_all_config(values)
             if known is not None:
                 known.config = plain

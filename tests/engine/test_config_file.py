@@ -1,0 +1,87 @@
+"""Config written without `pulumi config set-all`: a new stack is created with the process's
+salt already in its settings file and its secrets encrypted here, and the real CLI reads them
+back; a file this cannot open safely is left to the CLI."""
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pulumi import automation as auto
+
+from spotpool.engine import config_crypt, config_file
+from spotpool.toolchain.paths import bin_dir
+from tests.engine.conftest import EngineWorld
+from tests.engine.test_fast_launch import PASSWORD, _config, _pool
+
+pytestmark = pytest.mark.integration
+
+
+def _cli(world: EngineWorld, work_dir: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir()}:{os.environ['PATH']}",
+        "PULUMI_BACKEND_URL": world.settings.backend_url,
+        "PULUMI_CONFIG_PASSPHRASE": world.settings.passphrase.get_secret_value(),
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+    }
+    done = subprocess.run(
+        ["pulumi", *args], cwd=work_dir, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.strip()
+
+
+def test_a_new_stack_is_created_and_configured_in_two_cli_runs_the_cli_can_read(
+    world: EngineWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commands: list[str] = []
+    run = auto.PulumiCommand.run
+
+    def counted(self: auto.PulumiCommand, args: list[str], *rest: Any, **kw: Any) -> Any:
+        commands.append(args[0])
+        return run(self, args, *rest, **kw)
+
+    monkeypatch.setattr(auto.PulumiCommand, "run", counted)
+    first, second = _pool(world, "one"), _pool(world, "two")
+    first.up(_config(world, first, 1), login_password=PASSWORD)
+    assert commands == ["stack", "up"]
+    second.up(_config(world, second, 1), login_password=PASSWORD)
+    monkeypatch.undo()
+
+    work_dir = world.settings.work_root / first.name
+    settings = yaml.safe_load(config_file.settings_path(work_dir, first.name).read_text())
+    passphrase = world.settings.passphrase.get_secret_value()
+    assert settings["encryptionsalt"] == config_crypt.process_salt(passphrase)
+    other = world.settings.work_root / second.name
+    assert (
+        yaml.safe_load(config_file.settings_path(other, second.name).read_text())["encryptionsalt"]
+        == settings["encryptionsalt"]
+    )  # one key derived for every stack the process made
+    assert PASSWORD not in config_file.settings_path(work_dir, first.name).read_text()
+    shown = _cli(world, work_dir, "config", "get", "spotpool:loginPassword", "-s", first.name)
+    assert shown == PASSWORD  # the CLI decrypts what was encrypted here
+    # and what the CLI encrypts, this decrypts
+    _cli(world, work_dir, "config", "set", "--secret", "spotpool:probe", "s3cr3t", "-s", first.name)
+    settings = yaml.safe_load(config_file.settings_path(work_dir, first.name).read_text())
+    key = config_crypt.key_for(settings["encryptionsalt"], passphrase)
+    assert config_crypt.decrypt(key, settings["config"]["spotpool:probe"]["secure"]) == "s3cr3t"
+
+
+def test_a_file_of_another_passphrase_is_left_to_the_cli(tmp_path: Path) -> None:
+    path = tmp_path / "Pulumi.p.yaml"
+    salt = config_crypt.process_salt("another install's passphrase")
+    path.write_text(yaml.safe_dump({"encryptionsalt": salt, "config": {"spotpool:a": "1"}}))
+    workspace = auto.LocalWorkspace.__new__(auto.LocalWorkspace)
+    workspace.work_dir = str(tmp_path)
+    stack = auto.Stack.__new__(auto.Stack)
+    stack.name, stack.workspace = "p", workspace
+
+    assert not config_file.write(stack, {"spotpool:a": "2"}, {"spotpool:pw": "x"}, "ours")
+    assert yaml.safe_load(path.read_text())["config"] == {"spotpool:a": "1"}  # untouched
+    assert config_file.write(stack, {"spotpool:a": "2"}, {}, "ours")  # plain needs no key
+    assert yaml.safe_load(path.read_text())["config"] == {"spotpool:a": "2"}
+    with pytest.raises(config_crypt.WrongPassphrase):
+        config_crypt.key_for(salt, "ours")
