@@ -17,9 +17,9 @@ its own (`unshare --uts`, as pods), dividing `--shards` shard Leases. For each r
 
     .venv/bin/python bench/scale.py [--pools 1000] [--replicas 4,2,1] [--shards 16]
 
-Converging a pool costs about four CPU-seconds (its `up` with engine and provider, and the CLI
-runs around it; 3.8-4.2 CPU-s measured at 1,000 pools), so N pools cost about 4N CPU-seconds
-to converge whatever the replica count: replicas spread the work across cores
+Converging a pool costs about 1.2 CPU-seconds of the operator's tree (its `up` with engine and
+provider, and the run that creates the stack; 3.8-4.2 CPU-s before the lean engine), so N pools
+cost about 1.2N CPU-seconds to converge whatever the replica count: replicas spread the work across cores
 and nodes, which one 2-core machine has few of. The figures say what the cores allowed.
 """
 
