@@ -1,6 +1,7 @@
-"""Config written without `pulumi config set-all`: a new stack is created with the process's
-salt already in its settings file and its secrets encrypted here, and the real CLI reads them
-back; a file this cannot open safely is left to the CLI."""
+"""A new stack made without the CLI (its checkpoint as `pulumi stack init` writes it on a
+self-managed backend) and config written without `pulumi config set-all` (the process's salt,
+secrets encrypted here): the real CLI lists the stack and reads the secrets back; a file this
+cannot open safely is left to the CLI."""
 
 import os
 import subprocess
@@ -34,7 +35,7 @@ def _cli(world: EngineWorld, work_dir: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
-def test_a_new_stack_is_created_and_configured_in_two_cli_runs_the_cli_can_read(
+def test_a_new_stack_is_made_and_configured_with_no_cli_run_before_its_up(
     world: EngineWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     commands: list[str] = []
@@ -47,8 +48,9 @@ def test_a_new_stack_is_created_and_configured_in_two_cli_runs_the_cli_can_read(
     monkeypatch.setattr(auto.PulumiCommand, "run", counted)
     first, second = _pool(world, "one"), _pool(world, "two")
     first.up(_config(world, first, 1), login_password=PASSWORD)
-    assert commands == ["stack", "up"]
+    assert commands == ["stack", "up"]  # a new backend: the CLI sets it up (its meta.yaml)
     second.up(_config(world, second, 1), login_password=PASSWORD)
+    assert commands[2:] == ["up"]  # no `stack select --create`, no `config set-all`
     monkeypatch.undo()
 
     work_dir = world.settings.work_root / first.name
@@ -61,6 +63,8 @@ def test_a_new_stack_is_created_and_configured_in_two_cli_runs_the_cli_can_read(
         == settings["encryptionsalt"]
     )  # one key derived for every stack the process made
     assert PASSWORD not in config_file.settings_path(work_dir, first.name).read_text()
+    listed = _cli(world, work_dir, "stack", "ls", "--json")
+    assert first.name in listed and second.name in listed  # as `pulumi stack init` makes them
     shown = _cli(world, work_dir, "config", "get", "spotpool:loginPassword", "-s", first.name)
     assert shown == PASSWORD  # the CLI decrypts what was encrypted here
     # and what the CLI encrypts, this decrypts

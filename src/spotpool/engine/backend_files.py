@@ -8,15 +8,18 @@ as for Pulumi. Tencent COS speaks the same API (endpoint `https://cos.<region>.m
 """
 
 import gzip
+import hashlib
 import io
 import ipaddress
 import json
 import os
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
+import yaml
 from minio import Minio
 from minio.error import S3Error
 
@@ -124,6 +127,41 @@ def open_backend(url: str, env: Mapping[str, str] | None = None) -> BackendFiles
         # buckets made after 2024-01-01: PathStyleDomainForbidden); minio would not.
         client.enable_virtual_style_endpoint()  # type: ignore[no-untyped-call]
     return S3Backend(client, parts.netloc, parts.path)
+
+
+def write_new_stack(
+    files: BackendFiles, project: str, stack: str, cli_version: str, salt: str
+) -> bool:
+    """A new stack as `pulumi stack init` leaves it on a self-managed backend: a checkpoint
+    with the manifest, the passphrase salt and no resources (gzip, as the engine's runs write
+    it). False, writing nothing, when the backend is not set up yet (no project-mode
+    `meta.yaml`): the CLI does that."""
+    try:
+        meta = yaml.safe_load(files.read(f"{ROOT}/meta.yaml"))
+    except Exception:  # missing, unreadable or not YAML: leave it to the CLI
+        return False
+    if not isinstance(meta, dict) or meta.get("version") != 1:
+        return False
+    version = cli_version if cli_version.startswith("v") else f"v{cli_version}"
+    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    manifest = {
+        "time": now,
+        "magic": hashlib.sha256(version.encode()).hexdigest(),
+        "version": version,
+    }
+    latest = {
+        "manifest": manifest,
+        "secrets_providers": {"type": "passphrase", "state": {"salt": salt}},
+        "metadata": {},
+    }
+    body = {
+        "version": 3,
+        "checkpoint": {"stack": f"organization/{project}/{stack}", "latest": latest},
+    }
+    files.write(
+        f"{ROOT}/stacks/{project}/{stack}.json.gz", gzip.compress(json.dumps(body).encode())
+    )
+    return True
 
 
 def checkpoint_exists(files: BackendFiles, project: str, stack: str) -> bool:

@@ -58,6 +58,17 @@ class LeanStack(auto.Stack):
         if create:
             args += ["--create", "--secrets-provider", workspace.secrets_provider or "passphrase"]
         reply = workspace._run_pulumi_cmd_sync(args)  # the workspace's own env and home
+        return cls._build(
+            name, workspace, create and f"Created stack '{name}'" in reply.stdout + reply.stderr
+        )
+
+    @classmethod
+    def made(cls, name: str, workspace: auto.LocalWorkspace) -> "LeanStack":
+        """A stack whose checkpoint was just written without the CLI (backend_files.py)."""
+        return cls._build(name, workspace, created=True)
+
+    @classmethod
+    def _build(cls, name: str, workspace: auto.LocalWorkspace, created: bool) -> "LeanStack":
         lean = cls.__new__(cls)
         lean.name, lean.workspace, lean._mode = name, workspace, StackInitMode.SELECT
         lean._summary, lean._summary_seen, lean._exported = None, threading.Event(), None
@@ -68,7 +79,7 @@ class LeanStack(auto.Stack):
             "PULUMI_BACKEND_URL", ""
         )
         lean.files = open_backend(url or "", {**os.environ, **(workspace.env_vars or {})})
-        lean.created = create and f"Created stack '{name}'" in reply.stdout + reply.stderr
+        lean.created = created
         return lean
 
     # --- the operations: capture the run's summary ------------------------------------------

@@ -28,8 +28,15 @@ from spotpool.api.stackconfig import (
     PoolIdentity,
     StackConfig,
 )
-from spotpool.engine import api_proxy, cloud_errors, config_file, launch_intents, recovery
-from spotpool.engine.backend_files import checkpoint_exists, open_backend
+from spotpool.engine import (
+    api_proxy,
+    cloud_errors,
+    config_crypt,
+    config_file,
+    launch_intents,
+    recovery,
+)
+from spotpool.engine.backend_files import checkpoint_exists, open_backend, write_new_stack
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.disruption import replaced_slots
 from spotpool.engine.errors import (
@@ -42,7 +49,7 @@ from spotpool.engine.events import EventPrinter
 from spotpool.engine.lean_stack import LeanStack
 from spotpool.engine.notice_nonces import held_nonces, plan_nonces
 from spotpool.engine.orphans import waited_for
-from spotpool.engine.processes import FencedCommand, kill_runs
+from spotpool.engine.processes import FencedCommand, check_fence, kill_runs
 from spotpool.engine.program import load_program
 from spotpool.engine.results import (
     OperationKind,
@@ -99,6 +106,12 @@ def _stack_lock(name: str) -> threading.Lock:
 def pulumi_command(root: Path) -> auto.PulumiCommand:
     if not (root / "bin" / "pulumi").exists():
         raise EngineError(f"no pulumi CLI at {root / 'bin'}: run `make toolchain`")
+    return _command(root)
+
+
+@cache
+def _command(root: Path) -> auto.PulumiCommand:
+    # One per CLI: making one runs `pulumi version` (0.2 CPU-s), and it holds nothing else.
     return FencedCommand(root=str(root))  # every launch passes the thread's fence first
 
 
@@ -581,16 +594,19 @@ class PoolStack:
             ),
         )
         settings_file = config_file.settings_path(work_dir, self.name)
-        if create and not settings_file.exists() and not self._in_backend(backend):
-            passphrase = self.settings.passphrase.get_secret_value()
-            config_file.prepare_new_stack(settings_file, passphrase)
+        if create and not settings_file.exists():
+            # A stack a self-managed backend does not hold is made here, as `pulumi stack init`
+            # makes it, with the process's salt: no CLI run before its first `up`.
+            files = open_backend(backend or self.settings.backend_url, self._run_env())
+            if files is not None and not checkpoint_exists(files, PROJECT, self.name):
+                passphrase = self.settings.passphrase.get_secret_value()
+                config_file.prepare_new_stack(settings_file, passphrase)
+                check_fence()  # a write to the backend, as a CLI launch would be
+                version = str(workspace.pulumi_version)
+                salt = config_crypt.process_salt(passphrase)
+                if write_new_stack(files, PROJECT, self.name, version, salt):
+                    return LeanStack.made(self.name, workspace)
         return LeanStack.open(self.name, workspace, create)
-
-    def _in_backend(self, backend: str | None) -> bool:
-        """Whether the backend may hold the stack already (True unless a self-managed backend
-        says it has no checkpoint of it)."""
-        files = open_backend(backend or self.settings.backend_url, self._run_env())
-        return files is None or checkpoint_exists(files, PROJECT, self.name)
 
     def _run_env(self) -> dict[str, str]:
         env = {
