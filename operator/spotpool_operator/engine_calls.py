@@ -91,13 +91,20 @@ class EngineCalls:
         return self.engine_factory(ref.identity, credentials, region, progress)
 
     async def _engine_call(
-        self, kind: str, call: Callable[..., T], *args: Any, record: bool = True
+        self,
+        kind: str,
+        call: Callable[..., T],
+        *args: Any,
+        record: bool = True,
+        engine: object | None = None,
     ) -> T:
         """Run one blocking engine call in the engine's threads, at most max_concurrent at once.
 
         `record`: count it in the operation metrics (not for look-ups that serve one).
+        `engine`: the pool's engine when `call` is not one of its bound methods (a closure
+        over it): the shard check, the fence and the run log need to know the pool.
         """
-        engine = getattr(call, "__self__", None)
+        engine = engine if engine is not None else getattr(call, "__self__", None)
         uid: str | None = getattr(getattr(engine, "pool", None), "uid", None)
         if self.shards is not None and uid is not None and not self.shards.serves(uid):
             raise _not_served(self.shards, uid)  # another replica's pool now: hands off
@@ -108,7 +115,7 @@ class EngineCalls:
             try:
                 loop = asyncio.get_running_loop()
                 value = await loop.run_in_executor(
-                    self._executor, partial(self._guarded, uid, call, *args)
+                    self._executor, partial(self._guarded, uid, engine, call, *args)
                 )
                 succeeded = True
                 return value
@@ -141,7 +148,7 @@ class EngineCalls:
             if waiting:
                 self.metrics.queued.dec()
 
-    def _guarded(self, uid: str | None, call: Callable[..., T], *args: Any) -> T:
+    def _guarded(self, uid: str | None, engine: object, call: Callable[..., T], *args: Any) -> T:
         """In the engine's thread: run only while the pool's shard is served, counted as its
         operation (a shard is given up only when its operations are over), and launch each
         Pulumi CLI only after checking the operation's fence (the shard still held, in the
@@ -150,7 +157,7 @@ class EngineCalls:
             return call(*args)
         shards = self.shards
         with shards.operation(uid) as fence, fenced(partial(shards.check, fence)):
-            stack = getattr(getattr(call, "__self__", None), "name", uid)
+            stack = getattr(engine, "name", uid)
             what = getattr(call, "__name__", "call")
             RUNS.debug("%s of %s: shard %d, token %d", what, stack, fence.shard, fence.token)
             RUNS.info("%s of %s begins", what, stack)  # tests check no two replicas overlap

@@ -84,7 +84,9 @@ class PoolWork(PoolBook):
                 )
             else:
                 up = self._up_call(engine, pool, ref, spec, config)
-                result = await self._engine_call("up", up, placed, password, short, replan)
+                result = await self._engine_call(
+                    "up", up, placed, password, short, replan, engine=engine
+                )
         except Exception as error:
             pool.applied = None  # a failed up may have changed part of the pool: redo any spec
             self._watch(ref, pool, credentials, spec.region)

@@ -1,6 +1,7 @@
 """The reconciler with shards: it runs the engine and writes status only for pools of the shards
 this replica holds, and forgets a pool the moment its shard goes; and its engine calls' ranks."""
 
+import logging
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from spotpool_operator.sharding import shard_of
 from spotpool_operator.shards import ShardLeases
 from spotpool_operator.slots import Priority
 
+from spotpool.api.stackconfig import PoolIdentity
 from spotpool.engine.ownership import LockOwner, Writer, decide_lock
 from tests.operator.fakes import World, make_world, pool_body, ref, run
 
@@ -101,3 +103,25 @@ def test_engine_calls_are_ranked_replace_update_refresh_create(tmp_path: Path) -
     assert reconciler._priority("up", "uid-old") == Priority.REPLACE
     new.gone_slots = {0}
     assert reconciler._priority("up", "uid-new") == Priority.REPLACE
+
+
+def test_a_closure_over_a_pools_engine_is_fenced_like_its_methods(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The rolled-out up (converge.py) is a closure, not an engine method: named with
+    `engine=`, it is refused for another replica's pool and logged as the pool's run for ours."""
+    world, shards = _sharded(tmp_path)
+    _hold(shards, 2)
+    ran: list[str] = []
+
+    def engine_for(uid: str) -> object:
+        return type("Engine", (), {"pool": PoolIdentity(namespace="team-a", name="p", uid=uid),
+                                   "name": f"stack-of-{uid}"})()  # fmt: skip
+
+    theirs, ours = engine_for(_uid_in(1)), engine_for(_uid_in(2))
+    with pytest.raises(PoolProblem, match="another replica"):
+        run(world.reconciler._engine_call("up", lambda: ran.append("theirs"), engine=theirs))
+    with caplog.at_level(logging.INFO, logger="spotpool_operator.runs"):
+        run(world.reconciler._engine_call("up", lambda: ran.append("ours"), engine=ours))
+    assert ran == ["ours"]
+    assert f"<lambda> of stack-of-{_uid_in(2)} begins" in caplog.text
