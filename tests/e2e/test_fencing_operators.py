@@ -92,9 +92,26 @@ def test_a_stalled_replica_and_a_replica_15s_ahead_never_run_pulumi_on_one_stack
     finally:
         proxy.stalled.clear()
         namespaces = {n for world in replicas.values() for n in world.namespaces}
+        _delete_pools_while_served(kube, namespaces)  # no pool left holding its namespace
         for world in replicas.values():
             world.stop()
         for namespace in [*namespaces, lease_namespace]:
             kube.run("delete", "namespace", namespace, "--wait=false")
         proxy.close()
         emulator.stop()
+
+
+def _delete_pools_while_served(kube: Kube, namespaces: set[str]) -> None:
+    """Delete the test's pools while an operator still runs to take their finalizers off: a
+    pool left behind keeps its namespace terminating for the rest of the session."""
+    for namespace in namespaces:
+        kube.run("-n", namespace, "delete", "spotpools", "--all", "--wait=false")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        left = [
+            n for n in namespaces
+            if kube.run("-n", n, "get", "spotpools", "-o", "name").stdout.strip()
+        ]  # fmt: skip
+        if not left:
+            return
+        time.sleep(1)
