@@ -64,14 +64,3 @@ def operator_world(
         for namespace in operator.namespaces:
             kube.run("delete", "namespace", namespace, "--wait=false")
         emulator.stop()
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The replicas test, whose replica a reaches the API server through a slowed connection,
-    runs before the other e2e tests: after the two-operator fencing test, that replica's kopf
-    (2026-11-25) never started its Spotpool watch in the whole test, a hang of the slowed
-    connection not yet understood; alone it passes (88 s)."""
-    first = [item for item in items if item.nodeid.startswith("tests/e2e/test_operator_shards.py")]
-    if first:
-        rest = [item for item in items if item not in first]
-        items[:] = first + rest
