@@ -3,8 +3,10 @@ temporary directory, and an emulator process standing in for Tencent Cloud."""
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pulumi import automation as auto
 from pydantic import SecretStr
 
 from spotpool.cluster import s3
@@ -54,3 +56,16 @@ def _world(tmp_path: Path, backend_url: str) -> Iterator[EngineWorld]:
         yield EngineWorld(emulator, settings, credentials, [])
     finally:
         emulator.stop()
+
+
+def count_cli_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The command of every Pulumi CLI process the Automation API starts from now on."""
+    commands: list[str] = []
+    run = auto.PulumiCommand.run
+
+    def counted(self: auto.PulumiCommand, args: list[str], *rest: Any, **kw: Any) -> Any:
+        commands.append(args[0])
+        return run(self, args, *rest, **kw)
+
+    monkeypatch.setattr(auto.PulumiCommand, "run", counted)
+    return commands

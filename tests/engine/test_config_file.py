@@ -6,7 +6,6 @@ cannot open safely is left to the CLI."""
 import os
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -14,7 +13,7 @@ from pulumi import automation as auto
 
 from spotpool.engine import config_crypt, config_file
 from spotpool.toolchain.paths import bin_dir
-from tests.engine.conftest import EngineWorld
+from tests.engine.conftest import EngineWorld, count_cli_runs
 from tests.engine.test_fast_launch import PASSWORD, _config, _pool
 
 pytestmark = pytest.mark.integration
@@ -38,14 +37,7 @@ def _cli(world: EngineWorld, work_dir: Path, *args: str) -> str:
 def test_a_new_stack_is_made_and_configured_with_no_cli_run_before_its_up(
     world: EngineWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    commands: list[str] = []
-    run = auto.PulumiCommand.run
-
-    def counted(self: auto.PulumiCommand, args: list[str], *rest: Any, **kw: Any) -> Any:
-        commands.append(args[0])
-        return run(self, args, *rest, **kw)
-
-    monkeypatch.setattr(auto.PulumiCommand, "run", counted)
+    commands = count_cli_runs(monkeypatch)
     first, second = _pool(world, "one"), _pool(world, "two")
     first.up(_config(world, first, 1), login_password=PASSWORD)
     assert commands == ["stack", "up"]  # a new backend: the CLI sets it up (its meta.yaml)

@@ -3,14 +3,12 @@ CLI process (the `up`; the new slot's nonce is written into the stack's settings
 by a `config set-all` run), and afterwards the stack is what a plain `pulumi preview` expects."""
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
-from pulumi import automation as auto
 
 from spotpool.localworld.emulator import wait_until
-from tests.engine.conftest import EngineWorld
+from tests.engine.conftest import EngineWorld, count_cli_runs
 from tests.engine.test_fast_launch import (
     PASSWORD,
     _config,
@@ -36,14 +34,7 @@ def test_a_targeted_replacement_is_one_cli_run_and_previews_no_change(
     world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[1]]})
     wait_until(lambda: first[1] not in _pool_instances(world, stack), "the reclaim", timeout=30)
 
-    commands: list[str] = []
-    run = auto.PulumiCommand.run
-
-    def counted(self: auto.PulumiCommand, args: list[str], *rest: Any, **kw: Any) -> Any:
-        commands.append(args[0])
-        return run(self, args, *rest, **kw)
-
-    monkeypatch.setattr(auto.PulumiCommand, "run", counted)
+    commands = count_cli_runs(monkeypatch)
     replaced = stack.replace_slots(config, [1], login_password=PASSWORD)
     monkeypatch.undo()
 
