@@ -15,7 +15,7 @@ from spotpool.engine.ownership import Writer
 from spotpool.engine.processes import kill_runs
 from spotpool.engine.ratelimit import BUCKETS
 from spotpool.engine.stack import PoolStack, forget_stack
-from spotpool_operator import handlers
+from spotpool_operator import handlers, kopf_namespaces
 from spotpool_operator.capacity import Capacity, CapacitySettings, stock_lister
 from spotpool_operator.cloudcheck import cloud_lookup
 from spotpool_operator.cost import PriceBook, price_lister
@@ -102,6 +102,7 @@ def run(settings: OperatorSettings) -> None:
         settings.engine.cloud_endpoint or "Tencent Cloud",
         settings.max_concurrent,
     )
+    kopf_namespaces.install()
     try:
         kopf.run(
             registry=registry,
