@@ -8,9 +8,10 @@ from collections.abc import Callable
 from spotpool.api.spec import SpotpoolSpec
 from spotpool.api.stackconfig import StackConfig
 from spotpool.engine.credentials import Credentials
+from spotpool.engine.replan import Replan
 from spotpool.engine.results import OperationResult
 from spotpool.engine.rollout import roll_out
-from spotpool.engine.stack import PoolStack, Replan
+from spotpool.engine.stack import PoolStack
 from spotpool_operator import status as render
 from spotpool_operator.credentials import resolve
 from spotpool_operator.engine_runner import NO_CREDENTIALS, PoolEngine, PoolWork

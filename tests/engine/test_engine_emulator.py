@@ -103,7 +103,7 @@ def test_credentials_never_reach_config_or_state(world: EngineWorld) -> None:
     config = world.config(stack, 1, userData=user_data)
     stack.up(config, login_password="Sp0tpool-Login-Password")
     diff = stack.preview(world.config(stack, 2, userData=user_data)).diff or ""
-    env = {**os.environ, **stack._run_env()}
+    env = {**os.environ, **stack.run_env()}
     exported = subprocess.run(
         [str(world.settings.tools_dir / "pulumi"), "stack", "export", "--stack", stack.name],
         cwd=world.settings.work_root / stack.name,

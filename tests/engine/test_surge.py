@@ -157,7 +157,7 @@ def test_one_run_promotes_a_surge_and_replaces_another_gone_slot(world: EngineWo
 def test_after_a_restart_the_full_up_promotes_the_surge(world: EngineWorld) -> None:
     """A new process knows nothing of the stack: replace_slots falls back to an up with a
     refresh, which must promote the surge instance, not create a third beside it."""
-    from spotpool.engine import stack as engine_stack
+    from spotpool.engine import known_stacks
 
     stack = world.pool()
     config = _config(world, stack, 1)
@@ -165,7 +165,7 @@ def test_after_a_restart_the_full_up_promotes_the_surge(world: EngineWorld) -> N
     (surge,) = stack.start_surge(config, [0]).surges
     world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first]})
     wait_until(lambda: first not in world.cloud_instances(stack), "the reclaim", timeout=30)
-    engine_stack._known.clear()  # as a restarted operator
+    known_stacks._known_stacks.clear()  # as a restarted operator
     result = PoolStack(stack.pool, world.settings, world.credentials, REGION).replace_slots(
         config, [0]
     )

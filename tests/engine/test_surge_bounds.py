@@ -12,8 +12,7 @@ from tencentcloud.cvm.v20170312 import models
 from spotpool.api.notices import NONCE_TAG, NoticeAgent, agent_settings, slot_token
 from spotpool.api.spec import ChargeType
 from spotpool.api.stackconfig import StackConfig
-from spotpool.engine import cloud
-from spotpool.engine import stack as engine_stack
+from spotpool.engine import cloud, known_stacks
 from spotpool.engine.stack import PoolStack
 from tests.emulator.harness import wait_until
 from tests.engine.conftest import REGION, EngineWorld
@@ -62,7 +61,7 @@ def test_a_surge_with_no_eligible_slot_runs_no_pulumi(world: EngineWorld) -> Non
 
     for fresh_process in (False, True):  # what this process knows, and a restarted one
         if fresh_process:
-            engine_stack._known.clear()
+            known_stacks._known_stacks.clear()
             stack = PoolStack(stack.pool, world.settings, world.credentials, REGION)
         result = stack.start_surge(spec_config, [2, 5])
         assert result.surges == [] and result.instances == []
@@ -124,7 +123,7 @@ def test_an_up_with_a_refresh_makes_a_gone_slots_next_instance_a_new_generation(
     first = {i.slot: i for i in stack.up(config).instances}
     world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[1].instance_id]})
     wait_until(lambda: first[1].instance_id not in world.cloud_instances(stack), "reclaim", 30)
-    engine_stack._known.clear()  # as a restarted operator
+    known_stacks._known_stacks.clear()  # as a restarted operator
     again = PoolStack(stack.pool, world.settings, world.credentials, REGION)
     after = {i.slot: i for i in again.up(config, refresh=True).instances}
     assert after[0].instance_id == first[0].instance_id and after[0].nonce == first[0].nonce

@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tencentcloud.common.exception.tencent_cloud_sdk_exception import TencentCloudSDKException
 from tencentcloud.cvm.v20170312 import models
@@ -38,11 +38,10 @@ from spotpool.api.spec import ChargeType
 from spotpool.api.stackconfig import TAG_INSTALL, USER_DATA_FINGERPRINT, StackConfig
 from spotpool.engine import cloud, cloud_errors, launch_intents, recovery
 from spotpool.engine.errors import EngineError
+from spotpool.engine.known_stacks import stack_lock
 from spotpool.engine.launch_intents import SlotLaunch
 from spotpool.engine.processes import check_fence
-
-if TYPE_CHECKING:
-    from spotpool.engine.stack import PoolStack
+from spotpool.engine.stack_view import StackView
 
 __all__ = ["FastLaunch", "launch_replacements", "run_instances_request"]
 # Answers after which the same request (same ClientToken) may simply be sent again.
@@ -152,7 +151,7 @@ def run_instances_request(
 
 
 def launch_replacements(
-    pool: "PoolStack",
+    pool: StackView,
     config: StackConfig,
     slots: Iterable[int],
     login_password: str | None = None,
@@ -169,14 +168,12 @@ def launch_replacements(
     to one): it drops the reclaimed instances, adopts the launched ones into their slots and
     settles the intent. A slot with a surge instance needs none of this: its surge instance
     takes the slot (`replace_slots`); an intent for such a slot is dropped by the up."""
-    from spotpool.engine.stack import _stack_lock
-
     wanted = sorted({s for s in slots if 0 <= s < config.count})
     if not wanted:
         return FastLaunch()
     if config.user_data and config.user_data.startswith(USER_DATA_FINGERPRINT):
         raise EngineError(f"stack {pool.name}: the fast path needs the user data, not its hash")
-    with _stack_lock(pool.name):
+    with stack_lock(pool.name):
         writer = pool.settings.writer
         if writer is not None and writer.lease is not None and not writer.lease.held():
             raise EngineError(f"stack {pool.name}: this writer lost the pool's Lease")

@@ -17,7 +17,8 @@ from spotpool.api.stackconfig import PROJECT, StackConfig, split_stack_name
 from spotpool.api.status import Operation
 from spotpool.engine.results import SlotOutput, changes_from_summary
 from spotpool.engine.settings import EngineSettings
-from spotpool.engine.stack import instances_of, pulumi_command
+from spotpool.engine.stack_state import instances_of
+from spotpool.engine.stack_workspace import pulumi_command
 
 
 class StackView(Model):

@@ -12,7 +12,6 @@ generation (the nonce, which is also a tag on the instance) and where the instan
 import json
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
@@ -20,9 +19,7 @@ from spotpool.api.spec import ChargeType
 from spotpool.api.stackconfig import PROJECT, StackConfig
 from spotpool.engine.backend_files import ROOT, BackendFiles, open_backend
 from spotpool.engine.errors import EngineError
-
-if TYPE_CHECKING:
-    from spotpool.engine.stack import PoolStack
+from spotpool.engine.stack_view import StackView
 
 SUFFIX = ".spotpool-launch"
 PENDING: set[str] = set()  # stacks this process left an intent for (their next run must adopt)
@@ -114,7 +111,7 @@ def intent_key(stack: str) -> str:
     return f"{ROOT}/stacks/{PROJECT}/{stack}{SUFFIX}"
 
 
-def backend_of(pool: "PoolStack") -> BackendFiles:
+def backend_of(pool: StackView) -> BackendFiles:
     files = open_backend(pool.settings.backend_url)
     if files is None:
         raise EngineError(
@@ -124,7 +121,7 @@ def backend_of(pool: "PoolStack") -> BackendFiles:
     return files
 
 
-def read_intent(pool: "PoolStack") -> LaunchIntent:
+def read_intent(pool: StackView) -> LaunchIntent:
     """The stack's launch intent; an empty one when there is none (or no self-managed
     backend: nothing can have been launched there)."""
     files = open_backend(pool.settings.backend_url)
@@ -144,7 +141,7 @@ def read_intent(pool: "PoolStack") -> LaunchIntent:
     return intent.model_copy(update={"stored": True})
 
 
-def write_intent(pool: "PoolStack", intent: LaunchIntent) -> None:
+def write_intent(pool: StackView, intent: LaunchIntent) -> None:
     """Store the intent whole (or delete it when it names no slot)."""
     files = backend_of(pool)
     if not intent.slots:
@@ -168,7 +165,7 @@ def pending_stacks(backend_url: str) -> list[str]:
     )
 
 
-def forget(pool: "PoolStack") -> None:
+def forget(pool: StackView) -> None:
     """Drop the stack's intent (the stack is destroyed or forgotten)."""
     files = open_backend(pool.settings.backend_url)
     if files is not None:
@@ -176,7 +173,7 @@ def forget(pool: "PoolStack") -> None:
     PENDING.discard(pool.name)
 
 
-def settle(pool: "PoolStack", intent: LaunchIntent, held: Mapping[int, str]) -> None:
+def settle(pool: StackView, intent: LaunchIntent, held: Mapping[int, str]) -> None:
     """After an `up` that succeeded holding `held`: drop what it adopted or made moot."""
     if not intent.stored:
         return  # nothing was pending when the up began

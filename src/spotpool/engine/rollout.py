@@ -20,8 +20,11 @@ from typing import Any
 
 from spotpool.api.stackconfig import StackConfig
 from spotpool.engine.disruption import Batch, plan_batches
+from spotpool.engine.replan import Replan
 from spotpool.engine.results import OperationKind, OperationResult
-from spotpool.engine.stack import SLOT_TYPE, PoolStack, Replan
+from spotpool.engine.stack import PoolStack
+from spotpool.engine.stack_operation import operation, progress_printer
+from spotpool.engine.stack_state import SLOT_TYPE
 from spotpool.engine.urns import slot_of_urn
 
 
@@ -84,7 +87,7 @@ def roll_out(
 def _slot_urns(pool: PoolStack) -> dict[int, str]:
     """slot -> URN of its instance resource, as the stack's state records them (a slot keeps its
     URN across replacements)."""
-    with pool._operation(OperationKind.UP) as (_stack, _result, state):
+    with operation(pool, OperationKind.UP) as (_stack, _result, state):
         return slot_urns(state)
 
 
@@ -101,5 +104,5 @@ def slot_urns(state: Mapping[str, Any]) -> dict[int, str]:
 def _delete_instances(pool: PoolStack, urns: list[str]) -> None:
     """Delete these slots' instances (a targeted destroy: the rest of the stack stays); the
     batch's `up` then makes their successors with the new config."""
-    with pool._operation(OperationKind.DESTROY) as (stack, _result, _state):
-        stack.destroy(target=urns, on_event=pool._printer(), color="never")
+    with operation(pool, OperationKind.DESTROY) as (stack, _result, _state):
+        stack.destroy(target=urns, on_event=progress_printer(pool), color="never")

@@ -1,7 +1,15 @@
-"""What recovery (recovery.py) needs of a pool's stack: its name, its pool, the engine
-settings, and the cloud credentials and region. `PoolStack` (stack.py) is one; recovery
-takes this view instead of importing stack.py, which imports recovery."""
+"""What the engine's modules need of a pool's stack. `PoolStack` (stack.py) is one of each;
+the modules take these views instead of importing stack.py, which imports them.
 
+- `StackView`: its name, its pool, the engine settings, and the cloud credentials and region
+  (recovery, the fast path and its launch intents);
+- `WorkspaceStack`: that, and the environment of its Pulumi runs (the stack's workspace,
+  this process's memory of it, its config);
+- `OperatedStack`: that, and what the operation frame (stack_operation.py) reports to or
+  keeps on it: the progress callback and the slots a killed run was creating.
+"""
+
+from collections.abc import Callable
 from typing import Protocol
 
 from spotpool.api.stackconfig import PoolIdentity
@@ -26,3 +34,15 @@ class StackView(Protocol):
 
     @property
     def region(self) -> str: ...
+
+
+class WorkspaceStack(StackView, Protocol):
+    def run_env(self) -> dict[str, str]:
+        """The environment of every Pulumi run of the stack (credentials travel only there):
+        stack_workspace.pulumi_env."""
+        ...
+
+
+class OperatedStack(WorkspaceStack, Protocol):
+    on_progress: Callable[[str], None] | None
+    dead_run_slots: frozenset[int]  # a killed run was creating these (the last repair saw)

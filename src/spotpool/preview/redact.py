@@ -8,7 +8,7 @@ backend's files with its secrets still encrypted, every secret (`{<sig>: <secret
 "ciphertext": ...}`) is swapped for a placeholder in plain text, and the import encrypts the
 placeholders with the preview stack's own key.
 Previews of the copy keep the state's placeholders for secret inputs whose fingerprint did not
-change (see `keep_secret_inputs` in engine/stack.py), so an unchanged pool still previews as
+change (see `keep_secret_inputs` of `PoolStack.preview`), so an unchanged pool still previews as
 unchanged.
 """
 
@@ -23,7 +23,7 @@ from pulumi import automation as auto
 
 from spotpool.api.stackconfig import PROJECT
 from spotpool.engine.backend_files import ROOT, BackendFiles, latest_deployment, open_backend
-from spotpool.engine.stack import pulumi_command
+from spotpool.engine.stack_workspace import pulumi_command
 from spotpool.toolchain.paths import bin_dir
 
 SECRET_SIG_KEY = "4dabf18193072939515e22adb298388d"  # Pulumi's marker of a secret value
