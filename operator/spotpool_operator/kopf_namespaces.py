@@ -9,12 +9,14 @@ two-replica e2e, whose slowed replica makes that window seconds long. kopf 1.45.
 this counts listed namespaces as well, and wakes kopf's orchestrator only on a change.
 """
 
+import logging
 from collections.abc import Collection
 from typing import Any
 
 from kopf._cogs.structs import references
 from kopf._core.reactor import observation
 
+log = logging.getLogger(__name__)
 _kopf_process = observation.process_discovered_namespace_event
 
 
@@ -38,6 +40,8 @@ async def process_namespace_event(
             raw_events=[raw_event], insights=insights, namespaces=namespaces
         )
         if insights.namespaces != before:
+            added = sorted(str(ns) for ns in insights.namespaces - before)
+            log.info("namespaces served from a listing kopf would have skipped: %s", added)
             insights.revised.notify_all()
 
 
