@@ -36,3 +36,24 @@ def pulumi_event_loop() -> Iterator[asyncio.AbstractEventLoop]:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
     yield loop
+
+
+# The longest modules first, then every other e2e module, the engine's and emulator's, and the
+# unit tests last: `make test` runs on both cores (pytest-xdist, a module to a worker), and a
+# long module handed out last would run alone at the end.
+LONGEST_FIRST = tuple(f"e2e/test_{name}" for name in (
+    "operator_shards", "fencing_operators", "notice_bounds", "notices", "on_notice", "demo",
+    "deploy",
+))  # fmt: skip
+
+
+def _order(item: pytest.Item) -> tuple[int, int]:
+    module = f"{item.path.parent.name}/{item.path.stem}"
+    if module in LONGEST_FIRST:
+        return 0, LONGEST_FIRST.index(module)
+    tier = "e2e" in item.path.parts, "engine" in item.path.parts or "emulator" in item.path.parts
+    return (1 if tier[0] else 2 if tier[1] else 3), 0
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_order)  # stable: each module's tests keep their order
