@@ -41,6 +41,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import cpu_split  # noqa: E402
 from bench.plots import capacity_gap_over_time  # noqa: E402
 from spotpool.cluster import s3  # noqa: E402
 from spotpool.localworld.emulator import wait_until  # noqa: E402
@@ -160,16 +161,19 @@ def phase(work: Path, replicas: int, args: argparse.Namespace, last: bool) -> di
                 return ready == len(wanted)
 
             cpu_before = sum(_cpu(p) for w in worlds for p in _tree(w))
+            machine_before = cpu_split.snapshot()
             # Listing 1,000 pools costs the API server and kubectl about a CPU-second: looked
             # at every 0.5 s, the bench itself took a third of the two cores it measures.
             wait_until(all_ready, f"{args.pools} pools Ready", args.timeout, every=args.look)
             figures["converge_s"] = time.monotonic() - started
             cpu = sum(_cpu(p) for w in worlds for p in _tree(w)) - cpu_before
+            machine = cpu_split.split(machine_before, cpu_split.snapshot())
             print(f"  {replicas} replica(s): {args.pools} pools ({sum(wanted.values())} "
                   f"instances) converged from nothing in {figures['converge_s']:.0f} s "
                   f"({60 * args.pools / figures['converge_s']:.0f} pools a minute; the "
                   f"replicas' trees used {cpu / args.pools:.1f} CPU-s a pool)",
                   flush=True)  # fmt: skip
+            print(f"    machine-wide {cpu_split.line(machine, args.pools, ' a pool')}", flush=True)
             time.sleep(10)  # the last status writes and watches settle
             idle = _idle(worlds, args.idle)
             figures["idle"] = idle
