@@ -12,9 +12,11 @@ import hashlib
 import io
 import ipaddress
 import json
+import logging
 import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
@@ -24,6 +26,7 @@ from minio import Minio
 from minio.error import S3Error
 
 ROOT = ".pulumi"
+log = logging.getLogger(__name__)
 
 
 class BackendFiles(Protocol):
@@ -164,6 +167,12 @@ def write_new_stack(
     return True
 
 
+@cache
+def _cannot_tell(why: str) -> None:
+    """Said once a process and reason: every new stack then costs a CLI run (`stack select`)."""
+    log.warning("cannot read the backend's stack files (%s): the CLI makes new stacks", why)
+
+
 def checkpoint_exists(files: BackendFiles, project: str, stack: str) -> bool:
     """Whether the backend holds the stack (a checkpoint file in any of its forms); True when
     it cannot tell."""
@@ -175,8 +184,10 @@ def checkpoint_exists(files: BackendFiles, project: str, stack: str) -> bool:
         except S3Error as err:
             if err.code == "NoSuchKey":
                 continue
+            _cannot_tell(err.code)
             return True
-        except Exception:  # unreadable: it may well be there
+        except Exception as err:  # unreadable: it may well be there
+            _cannot_tell(type(err).__name__)
             return True
         return True
     return False

@@ -63,7 +63,9 @@ def select_stack(
     if create and not settings_file.exists():
         # A stack a self-managed backend does not hold is made here, as `pulumi stack init`
         # makes it, with the process's salt: no CLI run before its first `up`.
-        files = open_backend(backend or settings.backend_url, pool.run_env())
+        # The backend's keys are where Pulumi's runs find them: this process's environment
+        # (a pod's), which the runs inherit; the run's own variables only add to it.
+        files = open_backend(backend or settings.backend_url, {**os.environ, **pool.run_env()})
         if files is not None and not checkpoint_exists(files, PROJECT, pool.name):
             passphrase = settings.passphrase.get_secret_value()
             config_file.prepare_new_stack(settings_file, passphrase)
