@@ -35,7 +35,7 @@ from spotpool.engine.processes import kill_runs
 from spotpool.engine.replan import Replan, replanned
 from spotpool.engine.results import OperationKind, OperationResult, SlotOutput, changes_from_summary
 from spotpool.engine.settings import EngineSettings
-from spotpool.engine.stack_operation import operation, progress_printer
+from spotpool.engine.stack_operation import operation, progress_printer, targeted_up
 from spotpool.engine.stack_state import (
     applied_config_in,
     carried_over,
@@ -205,19 +205,10 @@ class PoolStack:
                     self, stack, config, login_password, surge=surge, promote=promote, nonces=nonces
                 )
                 try:
-                    reply = stack.up(
-                        target=urns,
-                        refresh=refresh,
-                        on_event=progress_printer(self),
-                        color="never",
-                        suppress_outputs=True,
-                    )
+                    targeted_up(self, stack, result, urns, refresh=refresh)
                     break
                 except auto.CommandError as err:  # no stock: the slots go elsewhere, same URNs
                     config = replanned(stack, config, err, slots, replan, result)
-            result.changes = changes_from_summary(reply.summary.resource_changes)
-            result.instances = instances_of(reply.outputs)
-            result.surges = instances_of(reply.outputs, "surges")
             # A created or promoted instance keeps its slot's URN: the known URNs stay right.
             known.surges = {s.slot: s.instance_id for s in result.surges}
         return result

@@ -21,8 +21,8 @@ from spotpool.engine.known_stacks import (
     stack_lock,
 )
 from spotpool.engine.processes import kill_runs
-from spotpool.engine.results import OperationKind, OperationResult
-from spotpool.engine.stack_state import state_of
+from spotpool.engine.results import OperationKind, OperationResult, changes_from_summary
+from spotpool.engine.stack_state import instances_of, state_of
 from spotpool.engine.stack_view import OperatedStack
 
 
@@ -99,3 +99,25 @@ def command_reason(err: auto.CommandError) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     errors = [line for line in lines if "error" in line.lower()]
     return " | ".join((errors or lines)[-4:])[:1500]
+
+
+def targeted_up(
+    pool: OperatedStack,
+    stack: auto.Stack,
+    result: OperationResult,
+    target: list[str],
+    refresh: bool = False,
+) -> Mapping[str, Any]:
+    """One `up` of just `target` (URNs); the result's changes, instances and surges are what
+    the run reports. Returns the run's outputs."""
+    reply = stack.up(
+        target=target,
+        refresh=refresh,
+        on_event=progress_printer(pool),
+        color="never",
+        suppress_outputs=True,
+    )
+    result.changes = changes_from_summary(reply.summary.resource_changes)
+    result.instances = instances_of(reply.outputs)
+    result.surges = instances_of(reply.outputs, "surges")
+    return reply.outputs

@@ -13,8 +13,8 @@ from spotpool.api.stackconfig import StackConfig
 from spotpool.engine.config_writer import write_config
 from spotpool.engine.known_stacks import known_already, known_stack
 from spotpool.engine.notice_nonces import held_nonces, plan_nonces
-from spotpool.engine.results import OperationKind, OperationResult, changes_from_summary
-from spotpool.engine.stack_operation import operation, progress_printer
+from spotpool.engine.results import OperationKind, OperationResult
+from spotpool.engine.stack_operation import operation, targeted_up
 from spotpool.engine.stack_state import (
     applied_config_in,
     carried_over,
@@ -43,15 +43,7 @@ def start_surge(
         surge = sorted({*slots, *(s for s in known.surges if s < config.count)})
         nonces = plan_nonces(held_nonces(state), config.count, surge)
         write_config(pool, stack, config, login_password, surge=surge, promote=[], nonces=nonces)
-        reply = stack.up(
-            target=[known.urns[s] + SURGE_SUFFIX for s in slots],
-            on_event=progress_printer(pool),
-            color="never",
-            suppress_outputs=True,
-        )
-        result.changes = changes_from_summary(reply.summary.resource_changes)
-        result.instances = instances_of(reply.outputs)
-        result.surges = instances_of(reply.outputs, "surges")
+        targeted_up(pool, stack, result, [known.urns[s] + SURGE_SUFFIX for s in slots])
         known.surges = {s.slot: s.instance_id for s in result.surges}
     return result
 
@@ -69,18 +61,11 @@ def retire_surges(
         nonces = plan_nonces(held_nonces(state), config.count, keep)
         write_config(pool, stack, config, login_password, surge=keep, promote=[], nonces=nonces)
         if retiring:
-            reply = stack.up(
-                target=[known.urns[s] + SURGE_SUFFIX for s in retiring],
-                on_event=progress_printer(pool),
-                color="never",
-                suppress_outputs=True,
-            )
-            result.changes = changes_from_summary(reply.summary.resource_changes)
-            outputs = reply.outputs
+            targeted_up(pool, stack, result, [known.urns[s] + SURGE_SUFFIX for s in retiring])
         else:
             outputs = stack.outputs()
-        result.instances = instances_of(outputs)
-        result.surges = instances_of(outputs, "surges")
+            result.instances = instances_of(outputs)
+            result.surges = instances_of(outputs, "surges")
         known.surges = {s.slot: s.instance_id for s in result.surges}
     return result
 
