@@ -38,13 +38,26 @@ def pulumi_event_loop() -> Iterator[asyncio.AbstractEventLoop]:
     yield loop
 
 
-# The longest modules first, then every other e2e module, the engine's and emulator's, and the
-# unit tests last: `make test` runs on both cores (pytest-xdist, a module to a worker), and a
-# long module handed out last would run alone at the end.
-LONGEST_FIRST = tuple(f"e2e/test_{name}" for name in (
-    "operator_shards", "fencing_operators", "notice_bounds", "notices", "on_notice", "demo",
-    "deploy",
-))  # fmt: skip
+# The longest modules first (their seconds in a parallel run, 2026-11-26), then every other e2e
+# module, the engine's and emulator's, and the unit tests last: `make test` runs on both cores
+# (pytest-xdist hands each worker whole modules, and a worker keeps the next one queued), so a
+# long module handed out late would run alone at the end.
+LONGEST_FIRST = (
+    "e2e/test_operator_shards",  # 180 s
+    "e2e/test_operator",  # 125
+    "e2e/test_deploy",  # 98
+    "e2e/test_notice_bounds",  # 89
+    "e2e/test_fencing_operators",  # 80
+    "e2e/test_notices",  # 70
+    "engine/test_engine_emulator",  # 57
+    "e2e/test_capacity",  # 54
+    "e2e/test_helm",  # 53
+    "e2e/test_on_notice",  # 49
+    "e2e/test_demo",  # 49
+    "engine/test_surge",  # 47
+    "engine/test_preview",  # 47
+    "e2e/test_fencing",  # 45
+)
 
 
 def _order(item: pytest.Item) -> tuple[int, int]:
