@@ -42,7 +42,7 @@ lint: venv
 	$(VENV)/bin/mypy
 
 test: test-tools lint
-	$(VENV)/bin/pytest -n 2 --dist loadfile
+	$(VENV)/bin/pytest
 
 demo: demo-tools
 	$(SPOTPOOL) demo
