@@ -124,15 +124,18 @@ class ShardWork:
 
     def _drain(self, shard: int, release: bool, deadline: float | None = None) -> None:
         try:
-            self._kill_until_done(shard, deadline)
-            if release and not self._inflight[shard]:
+            # Released only if its operations ended in time: past the grace (shutdown), a Lease
+            # kept is left to expire, even if the operation ends a moment later.
+            if self._kill_until_done(shard, deadline) and release:
                 with self._lease_locks[shard]:
                     self.leases[shard].release()
         finally:
             with self._lock:
                 self._draining.discard(shard)
 
-    def _kill_until_done(self, shard: int, deadline: float | None = None) -> None:
+    def _kill_until_done(self, shard: int, deadline: float | None = None) -> bool:
+        """True once none of the shard's operations is left; False when shutdown or the
+        deadline came first."""
         uids = self.pools_of(shard)
         warned = time.monotonic()
         while True:
@@ -141,11 +144,13 @@ class ShardWork:
                     callback(shard, uids)
                 except Exception:
                     log.exception("stopping shard %d", shard)
-            if not self._inflight[shard] or self._closing.is_set():
-                return
+            if self._closing.is_set():
+                return False
+            if not self._inflight[shard]:
+                return True
             if deadline is not None and time.monotonic() > deadline:
                 log.warning("shard %d: %d operation(s) still ending", shard, self._inflight[shard])
-                return
+                return False
             if time.monotonic() - warned > 10:
                 warned = time.monotonic()
                 log.warning("shard %d: %d operation(s) still ending: its Lease is kept",
