@@ -78,7 +78,8 @@ def test_a_stalled_replica_and_a_replica_15s_ahead_never_run_pulumi_on_one_stack
         for name in names:
             pool = a.wait_ready(ns, name, 2, timeout=300)
             ids = sorted(i["instanceId"] for i in pool["status"]["instances"])
-            assert sorted(a.cloud(uids[name])) == ids, name  # no leak, no duplicate
+            cloud = sorted(a.cloud(uids[name]))
+            assert cloud == ids, (name, _told(replicas, set(cloud) ^ set(ids)))  # no leak
         locks = tmp_path / "backend" / ".pulumi" / "locks"
         assert not [p for p in locks.rglob("*.json")], "a lock left"
         logs = {name: world.log for name, world in replicas.items()}
@@ -115,3 +116,13 @@ def _delete_pools_while_served(kube: Kube, namespaces: set[str]) -> None:
         if not left:
             return
         time.sleep(1)
+
+
+def _told(replicas: dict[str, OperatorWorld], ids: set[str]) -> list[str]:
+    """What each replica's log says of these instances (a failure's evidence)."""
+    return [
+        f"{name}: {line}"
+        for name, world in replicas.items()
+        for line in world.log.read_text(errors="replace").splitlines()
+        if any(i in line for i in ids)
+    ][-20:]
