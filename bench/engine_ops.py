@@ -14,7 +14,7 @@ processes the operation started (each costs a process start and a backend read),
 targeted replacement (`replace_slots`, the operator's reclaim path) is timed beside the
 refresh-then-up way.
 
-    .venv/bin/python bench/engine_ops.py [--sizes 1 5 20]
+    .venv/bin/python bench/engine_ops.py [--sizes 1 5 20] [--secrets-provider keyserver]
 """
 
 import argparse
@@ -236,6 +236,10 @@ def _destroy(stack: PoolStack) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 5, 20])
+    parser.add_argument(
+        "--secrets-provider", choices=["passphrase", "keyserver"], default="passphrase",
+        help="the stacks' secrets provider (keyserver: this process serves the data keys)",
+    )  # fmt: skip
     args = parser.parse_args()
     _count_cli_runs()
     print(f"load average before: {os.getloadavg()[0]:.2f}")
@@ -248,6 +252,7 @@ def main() -> None:
             passphrase=SecretStr("bench-passphrase"),
             work_root=work / "workspaces",
             cloud_endpoint=emulator.endpoint,
+            secrets_provider=args.secrets_provider,
         )
         creds = Credentials(secret_id=SecretStr(SECRET_ID), secret_key=SecretStr(SECRET_KEY))
         world = EngineWorld(emulator, settings, creds, [])

@@ -13,6 +13,11 @@ from spotpool.engine.ratelimit import RateLimits
 app = typer.Typer(help="The Spotpool operator (kopf).", no_args_is_help=True)
 
 
+class SecretsProvider(StrEnum):
+    passphrase = "passphrase"
+    keyserver = "keyserver"
+
+
 class LogFormat(StrEnum):
     plain = "plain"
     full = "full"
@@ -251,6 +256,13 @@ def run(
         envvar="SPOTPOOL_PASSPHRASE_FILE",
         help="File holding the stacks' secrets passphrase (else PULUMI_CONFIG_PASSPHRASE).",
     ),
+    secrets_provider: SecretsProvider = typer.Option(
+        "passphrase",
+        "--secrets-provider",
+        envvar="SPOTPOOL_SECRETS_PROVIDER",
+        help="New stacks' secrets: passphrase (Pulumi's own) or keyserver (hashivault://spotpool, "
+        "served by the operator on 127.0.0.1: no key derivation in every Pulumi run).",
+    ),
     work_dir: Path | None = typer.Option(
         None, "--work-dir", envvar="SPOTPOOL_WORK_DIR", help="Per-stack workspaces."
     ),
@@ -359,6 +371,7 @@ def run(
             engine=EngineSettings(
                 backend_url=backend_url,
                 passphrase=_passphrase(passphrase_file),
+                secrets_provider=secrets_provider.value,
                 work_root=work_dir or state / "workspaces",
                 cloud_endpoint=cloud_endpoint or None,
                 operation_timeout=timeout_seconds,

@@ -10,11 +10,12 @@ import logging
 import re
 
 # The notice channel's secrets too: the agents' slot token (its env-file line), a pool's notice
-# key (the stack's `spotpool:noticeKey`) and the operator's notice secret.
+# key (the stack's `spotpool:noticeKey`) and the operator's notice secret; the key service's
+# token (engine/keyserver.py), which Pulumi runs get as VAULT_TOKEN.
 _SECRET_FIELDS = (
     r"secretKey|SecretKey|secret_key|password|Password|loginPassword|passphrase"
     r"|PULUMI_CONFIG_PASSPHRASE|SPOTPOOL_NOTICE_TOKEN|noticeKey|notice_key|noticeSecret"
-    r"|notice_secret|noticeToken|notice_token"
+    r"|notice_secret|noticeToken|notice_token|VAULT_TOKEN|X-Vault-Token"
 )
 _PATTERN = re.compile(
     r"(?P<key>(?:\\*[\"'])?(?:" + _SECRET_FIELDS + r")(?:\\*[\"'])?\s*[:=]\s*)"

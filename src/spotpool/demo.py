@@ -33,6 +33,7 @@ from tencentcloud.cvm.v20170312 import cvm_client, models
 from spotpool.api.crd import CRD_PATH
 from spotpool.api.stackconfig import TAG_POOL_UID
 from spotpool.cluster import local
+from spotpool.engine import keyserver
 from spotpool.engine.recovery import GONE_STATES
 from spotpool.localworld.emulator import free_port, start_emulator
 from spotpool.localworld.kube import Kube
@@ -229,6 +230,7 @@ def _stack_output(work: Path, passphrase: str) -> str:
         "PULUMI_CONFIG_PASSPHRASE": passphrase,
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         "PULUMI_DIY_BACKEND_NO_LEGACY_WARNING": "true",
+        **keyserver.service_for(passphrase).env(),  # when the operator made keyserver stacks
     }
     result = subprocess.run(
         [str(bin_dir() / "pulumi"), "stack", "output", "--json",

@@ -2,12 +2,13 @@
 
 import json
 import os
+import threading
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from spotpool.engine import inventory
+from spotpool.engine import inventory, keyserver
 from spotpool.engine.settings import EngineSettings, state_root
 from spotpool.preview import redact
 
@@ -51,6 +52,27 @@ def show_stack(name: str, backend: str | None = BACKEND) -> None:
         raise typer.BadParameter(f"no stack {name!r} in {settings.backend_for_display()}")
     view = inventory.view(settings, name)
     typer.echo(json.dumps(view.model_dump(mode="json", by_alias=True), indent=2))
+
+
+@app.command("keys")
+def serve_keys(
+    port: int = typer.Option(0, "--port", min=0, max=65535, help="Port on 127.0.0.1 (0: any)."),
+) -> None:
+    """Serve the stacks' keys to the plain `pulumi` CLI (stacks of the `keyserver` secrets
+    provider): prints the two variables to export, then serves on 127.0.0.1 until Ctrl-C."""
+    passphrase = os.environ.get("SPOTPOOL_PASSPHRASE") or os.environ.get("PULUMI_CONFIG_PASSPHRASE")
+    if not passphrase:
+        raise typer.BadParameter("set PULUMI_CONFIG_PASSPHRASE (the stacks' passphrase)")
+    service = keyserver.KeyService(passphrase, port)
+    env = service.env()
+    typer.echo(f"export VAULT_ADDR={env['VAULT_ADDR']} VAULT_TOKEN={env['VAULT_TOKEN']}")
+    typer.echo("serving the stacks' keys on 127.0.0.1; Ctrl-C ends", err=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        service.close()
 
 
 @app.command("copy-redacted")

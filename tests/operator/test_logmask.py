@@ -48,3 +48,11 @@ def test_notice_tokens_and_keys_are_masked() -> None:
     assert "SPOTPOOL_NOTICE_SLOT=0" in logmask.mask(
         f"SPOTPOOL_NOTICE_TOKEN={token} SPOTPOOL_NOTICE_SLOT=0"
     )
+
+
+def test_the_key_services_token_is_masked() -> None:
+    env = {"VAULT_ADDR": "http://127.0.0.1:4100", "VAULT_TOKEN": "kst-visible-token"}
+    line = "VAULT_ADDR=http://127.0.0.1:4100 VAULT_TOKEN=kst-visible-token pulumi up"
+    for text in (repr(env), json.dumps(env), line):
+        masked = logmask.mask(text)
+        assert "kst-visible-token" not in masked and "127.0.0.1:4100" in masked, masked

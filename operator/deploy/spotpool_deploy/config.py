@@ -163,6 +163,13 @@ class InstallConfig(Model):
         default_factory=lambda: SecretKey(name="spotpool-passphrase", key="passphrase"),
         description="Secret holding the passphrase that encrypts the stacks' secrets.",
     )
+    secrets_provider: Literal["passphrase", "keyserver"] = Field(
+        "passphrase",
+        description="New stacks' secrets provider: passphrase (Pulumi's own; every Pulumi run "
+        "derives its key) or keyserver (hashivault://spotpool: the operator serves the stacks' "
+        "data keys on 127.0.0.1, wrapped under the passphrase; `spotpool stacks keys` serves "
+        "them to the plain pulumi CLI).",
+    )
     cloud_endpoint: str | None = Field(
         None, description="URL of `spotpool emulator serve`; None: the real Tencent Cloud."
     )

@@ -42,6 +42,7 @@ def _env(config: InstallConfig) -> list[dict[str, str]]:
     env = {
         "SPOTPOOL_BACKEND_URL": backend,
         "SPOTPOOL_PASSPHRASE_FILE": f"{PASSPHRASE_DIR}/passphrase",
+        "SPOTPOOL_SECRETS_PROVIDER": config.secrets_provider,
         "SPOTPOOL_WORK_DIR": WORK_DIR,
         "SPOTPOOL_MAX_CONCURRENT": str(config.max_concurrent),
         "SPOTPOOL_SHARDS": str(config.shards),

@@ -133,12 +133,12 @@ def open_backend(url: str, env: Mapping[str, str] | None = None) -> BackendFiles
 
 
 def write_new_stack(
-    files: BackendFiles, project: str, stack: str, cli_version: str, salt: str
+    files: BackendFiles, project: str, stack: str, cli_version: str, secrets: dict[str, object]
 ) -> bool:
     """A new stack as `pulumi stack init` leaves it on a self-managed backend: a checkpoint
-    with the manifest, the passphrase salt and no resources (gzip, as the engine's runs write
-    it). False, writing nothing, when the backend is not set up yet (no project-mode
-    `meta.yaml`): the CLI does that."""
+    with the manifest, its secrets provider's state (`secrets`) and no resources (gzip, as
+    the engine's runs write it). False, writing nothing, when the backend is not set up yet
+    (no project-mode `meta.yaml`): the CLI does that."""
     try:
         meta = yaml.safe_load(files.read(f"{ROOT}/meta.yaml"))
     except Exception:  # missing, unreadable or not YAML: leave it to the CLI
@@ -154,7 +154,7 @@ def write_new_stack(
     }
     latest = {
         "manifest": manifest,
-        "secrets_providers": {"type": "passphrase", "state": {"salt": salt}},
+        "secrets_providers": secrets,
         "metadata": {},
     }
     body = {

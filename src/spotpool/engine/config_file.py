@@ -13,23 +13,32 @@ from pathlib import Path
 import yaml
 from pulumi import automation as auto
 
-from spotpool.engine import config_crypt
+from spotpool.engine import config_crypt, keyserver
+from spotpool.engine.settings import EngineSettings
 
 
 def settings_path(work_dir: Path | str, stack_name: str) -> Path:
     return Path(work_dir) / f"Pulumi.{stack_name.split('/')[-1]}.yaml"
 
 
-def prepare_new_stack(path: Path, passphrase: str) -> None:
-    """Before `stack select --create` of a stack the backend does not hold: a settings file
-    with the process's salt (the CLI keeps a salt it finds)."""
-    if path.exists():
-        return
-    body: dict[str, object] = {
-        "encryptionsalt": config_crypt.process_salt(passphrase),
-        "config": {},
-    }
-    _replace(path, body)
+def prepare_new_stack(path: Path, settings: EngineSettings) -> dict[str, object]:
+    """Before a stack the backend does not hold is made: a settings file with the process's
+    salt or wrapped data key (the CLI keeps one it finds). Returns the checkpoint's
+    `secrets_providers` for that key."""
+    passphrase = settings.passphrase.get_secret_value()
+    if settings.secrets_provider == "keyserver":
+        key = keyserver.process_key(passphrase)
+        body: dict[str, object] = {"secretsprovider": keyserver.URL, "encryptedkey": key}
+        secrets: dict[str, object] = {
+            "type": "cloud", "state": {"url": keyserver.URL, "encryptedkey": key}
+        }  # fmt: skip
+    else:
+        salt = config_crypt.process_salt(passphrase)
+        body = {"encryptionsalt": salt}
+        secrets = {"type": "passphrase", "state": {"salt": salt}}
+    if not path.exists():
+        _replace(path, {**body, "config": {}})
+    return secrets
 
 
 def write(
@@ -53,17 +62,27 @@ def write(
     if any(not isinstance(config.get(key, ""), str) for key in plain):
         return False  # a secret or structured entry of that name: not ours to overwrite
     if secrets:
-        salt = settings.get("encryptionsalt")
-        if not isinstance(salt, str) or settings.get("secretsprovider"):
-            return False  # not the passphrase provider's file
-        try:
-            key = config_crypt.key_for(salt, passphrase)
-        except (ValueError, config_crypt.WrongPassphrase):
+        if (key := _secrets_key(settings, passphrase)) is None:
             return False  # the CLI says what is wrong
         config.update({k: {"secure": config_crypt.encrypt(key, v)} for k, v in secrets.items()})
     config.update(plain)
     _replace(path, settings)
     return True
+
+
+def _secrets_key(settings: dict[str, object], passphrase: str) -> bytes | None:
+    """The key the file's secrets are under, if this passphrase opens it here."""
+    salt, provider, wrapped = (
+        settings.get(k) for k in ("encryptionsalt", "secretsprovider", "encryptedkey")
+    )
+    try:
+        if isinstance(salt, str) and not provider:
+            return config_crypt.key_for(salt, passphrase)
+        if provider == keyserver.URL and isinstance(wrapped, str):
+            return keyserver.data_key(passphrase, wrapped)
+    except (ValueError, config_crypt.WrongPassphrase, keyserver.WrongKey):
+        pass
+    return None  # another provider's file, or not this passphrase's
 
 
 def _replace(path: Path, body: dict[str, object]) -> None:

@@ -15,6 +15,7 @@ from pydantic import Field
 from spotpool.api.spec import Model
 from spotpool.api.stackconfig import PROJECT, StackConfig, split_stack_name
 from spotpool.api.status import Operation
+from spotpool.engine import keyserver
 from spotpool.engine.results import SlotOutput, changes_from_summary
 from spotpool.engine.settings import EngineSettings
 from spotpool.engine.stack_state import instances_of
@@ -48,6 +49,7 @@ def _local_workspace(settings: EngineSettings, work_dir: str) -> auto.LocalWorks
         env_vars={
             "PULUMI_CONFIG_PASSPHRASE": settings.passphrase.get_secret_value(),
             "PULUMI_SKIP_UPDATE_CHECK": "true",
+            **keyserver.service_for(settings.passphrase.get_secret_value()).env(),
         },
         project_settings=auto.ProjectSettings(
             name=PROJECT, runtime="python", backend=auto.ProjectBackend(url=settings.backend_url)

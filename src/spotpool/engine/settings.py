@@ -3,7 +3,7 @@
 import hashlib
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, SkipValidation
 
@@ -63,6 +63,12 @@ class EngineSettings(BaseModel):
     history_keep: int = Field(
         10, ge=0, description="Updates kept in each stack's history (0: keep all)."
     )
+    secrets_provider: Literal["passphrase", "keyserver"] = Field(
+        "passphrase",
+        description="New stacks' secrets provider: `passphrase` (Pulumi's: every CLI run "
+        "derives the key) or `keyserver` (`hashivault://spotpool`: a run asks this process's "
+        "key service on loopback for the stack's data key; engine/keyserver.py).",
+    )
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -82,6 +88,7 @@ class EngineSettings(BaseModel):
             passphrase=SecretStr(passphrase),
             work_root=Path(os.environ.get("SPOTPOOL_WORK_DIR") or state / "workspaces"),
             cloud_endpoint=os.environ.get("SPOTPOOL_CLOUD_ENDPOINT") or None,
+            secrets_provider=os.environ.get("SPOTPOOL_SECRETS_PROVIDER") or "passphrase",
         )
 
     def notice_key(self, pool_uid: str) -> str:

@@ -8,12 +8,13 @@ from pathlib import Path
 from pulumi import automation as auto
 
 from spotpool.api.stackconfig import PROJECT
-from spotpool.engine import api_proxy, config_crypt, config_file
+from spotpool.engine import api_proxy, config_file, keyserver
 from spotpool.engine.backend_files import checkpoint_exists, open_backend, write_new_stack
 from spotpool.engine.errors import EngineError
 from spotpool.engine.lean_stack import LeanStack
 from spotpool.engine.processes import FencedCommand, check_fence
 from spotpool.engine.program import load_program
+from spotpool.engine.settings import EngineSettings
 from spotpool.engine.stack_view import StackView, WorkspaceStack
 
 
@@ -50,7 +51,7 @@ def select_stack(
         work_dir=str(work_dir),
         pulumi_command=pulumi_command(settings.tools_dir.parent),
         env_vars=pool.run_env(),
-        secrets_provider="passphrase",
+        secrets_provider=secrets_provider_url(settings),
         program=load_program(settings.project_dir),
         project_settings=auto.ProjectSettings(
             name=PROJECT,
@@ -67,14 +68,17 @@ def select_stack(
         # (a pod's), which the runs inherit; the run's own variables only add to it.
         files = open_backend(backend or settings.backend_url, {**os.environ, **pool.run_env()})
         if files is not None and not checkpoint_exists(files, PROJECT, pool.name):
-            passphrase = settings.passphrase.get_secret_value()
-            config_file.prepare_new_stack(settings_file, passphrase)
+            secrets = config_file.prepare_new_stack(settings_file, settings)
             check_fence()  # a write to the backend, as a CLI launch would be
             version = str(workspace.pulumi_version)
-            salt = config_crypt.process_salt(passphrase)
-            if write_new_stack(files, PROJECT, pool.name, version, salt):
+            if write_new_stack(files, PROJECT, pool.name, version, secrets):
                 return LeanStack.made(pool.name, workspace)
     return LeanStack.open(pool.name, workspace, create)
+
+
+def secrets_provider_url(settings: EngineSettings) -> str:
+    """What `pulumi stack init --secrets-provider` is given for the pool's new stacks."""
+    return keyserver.URL if settings.secrets_provider == "keyserver" else "passphrase"
 
 
 def pulumi_env(pool: StackView) -> dict[str, str]:
@@ -102,6 +106,8 @@ def pulumi_env(pool: StackView) -> dict[str, str]:
         env["http_proxy"] = settings.cloud_endpoint
     if settings.rate_limit_runs:  # the provider's calls take the operator's tokens
         env.update(api_proxy.proxy_for(settings.cloud_endpoint).env())
+    # Stacks of either provider open, whichever new stacks get (settings.secrets_provider).
+    env.update(keyserver.service_for(settings.passphrase.get_secret_value()).env())
     if home := os.environ.get("PULUMI_HOME"):
         env["PULUMI_HOME"] = home
     # A CLI run lives a second or two: collecting its garbage a fifth as often saves ~14 %

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from spotpool.api.spec import SpotpoolSpec
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
+from spotpool.engine import keyserver
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.settings import EngineSettings
 from spotpool.engine.stack import PoolStack
@@ -67,6 +68,8 @@ class EngineWorld:
             "PULUMI_CONFIG_PASSPHRASE": self.settings.passphrase.get_secret_value(),
             "PULUMI_SKIP_UPDATE_CHECK": "true",
         }
+        # A keyserver stack's keys, as `spotpool stacks keys` serves them to a person.
+        env.update(keyserver.service_for(self.settings.passphrase.get_secret_value()).env())
         done = subprocess.run(
             [str(self.settings.tools_dir / "pulumi"), *args, "--stack", stack.name],
             cwd=self.settings.work_root / stack.name,

@@ -1,0 +1,45 @@
+"""The operator with the `keyserver` secrets provider (engine/keyserver.py): its stacks' data
+keys are served on loopback by the operator process itself, so a replacement pod — another
+hostname, another key service address and token — must open the same stacks from the
+passphrase alone."""
+
+import gzip
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from spotpool.engine import keyserver
+from spotpool.localworld.kube import Kube
+from tests.e2e.conftest import operator_world
+from tests.e2e.test_operator import killed_mid_up_and_replaced_under_another_hostname
+from tests.operator.world import OperatorWorld
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def keyserver_world(
+    kube: Kube, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorWorld]:
+    directory = tmp_path_factory.mktemp("operator-keyserver")
+    with operator_world(
+        kube, directory, namespace_prefix="ks-", env={"SPOTPOOL_SECRETS_PROVIDER": "keyserver"}
+    ) as world:
+        yield world
+
+
+def test_killed_mid_up_and_replaced_under_another_hostname_with_the_keyserver(
+    keyserver_world: OperatorWorld,
+) -> None:
+    killed_mid_up_and_replaced_under_another_hostname(keyserver_world)
+    backend = keyserver_world.directory / "backend"
+    (checkpoint,) = [p for p in backend.rglob("*.moved.json.gz")]
+    latest = json.loads(gzip.decompress(checkpoint.read_bytes()))["checkpoint"]["latest"]
+    assert latest["secrets_providers"]["type"] == "cloud"
+    assert latest["secrets_providers"]["state"]["url"] == keyserver.URL
+    settings = next(Path(keyserver_world.directory / "workspaces").rglob("Pulumi.*.moved.yaml"))
+    assert f"secretsprovider: {keyserver.URL}" in settings.read_text()
+    log = keyserver_world.log.read_text(errors="replace")
+    assert "VAULT_TOKEN" not in log or "VAULT_TOKEN=***" in log
