@@ -16,6 +16,7 @@ its own (`unshare --uts`, as pods), dividing `--shards` shard Leases. For each r
    until those pools are whole again.
 
     .venv/bin/python bench/scale.py [--pools 1000] [--replicas 4,2,1] [--shards 16]
+                                    [--secrets-provider keyserver]
 
 Converging a pool costs about 1.2 CPU-seconds of the operator's tree (its `up` with engine and
 provider, and the run that creates the stack; 3.8-4.2 CPU-s before the lean engine), so N pools
@@ -134,7 +135,8 @@ def phase(work: Path, replicas: int, args: argparse.Namespace, last: bool) -> di
                     backend_env=server.env, namespace_prefix="sc-",
                     env={"SPOTPOOL_SHARDS": str(args.shards),
                          "SPOTPOOL_MAX_CONCURRENT": str(args.max_concurrent),
-                         "SPOTPOOL_LEASE_DURATION": f"{args.lease:.0f}s"},
+                         "SPOTPOOL_LEASE_DURATION": f"{args.lease:.0f}s",
+                         "SPOTPOOL_SECRETS_PROVIDER": args.secrets_provider},
                 )  # fmt: skip
                 world.start()
                 worlds.append(world)
@@ -279,6 +281,10 @@ def main() -> None:
     parser.add_argument("--storm", type=float, default=0.1, help="share of instances reclaimed")
     parser.add_argument("--lease", type=float, default=15.0, help="Lease duration (s)")
     parser.add_argument("--max-concurrent", type=int, default=3)
+    parser.add_argument(
+        "--secrets-provider", choices=["passphrase", "keyserver"], default="passphrase",
+        help="the new stacks' secrets provider (keyserver: no key derivation per Pulumi run)",
+    )  # fmt: skip
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument(
         "--look", type=float, default=5.0, help="seconds between looks at the pools converging"
