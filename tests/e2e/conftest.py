@@ -30,6 +30,17 @@ def local_cluster(directory: Path) -> Iterator[Kube]:
         down(directory)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def keyserver_stacks() -> Iterator[None]:
+    """The e2e operators make `keyserver` stacks (engine/keyserver.py): each Pulumi run opens
+    its secrets without 1,000,000 PBKDF2 rounds, about half its CPU here, so the e2e modules run
+    sooner. The passphrase default keeps its coverage: the engine tests build their settings
+    without this variable, and the deploy e2e runs the manifests' own environment."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPOTPOOL_SECRETS_PROVIDER", "keyserver")
+        yield
+
+
 @pytest.fixture(scope="session")
 def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
     with local_cluster(tmp_path_factory.mktemp("cluster")) as cluster:
