@@ -2,7 +2,6 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -190,11 +189,16 @@ def _killed_up_is_recovered(world: EngineWorld) -> None:
         cwd=Path(__file__).parents[2],
         stdout=subprocess.PIPE,
         text=True,
-        start_new_session=True,  # its own process group: the kill takes the CLI and plugin too
+        start_new_session=True,
     )
     wait_until(lambda: world.cloud_instances(stack), "the first instance", timeout=120)
-    os.killpg(run.pid, signal.SIGKILL)
+    # The whole tree dies at once, as with its pod: the plugins are in process groups of their
+    # own (engine/processes.py), so killing the run's group would leave them running for good.
+    tree = [psutil.Process(run.pid), *psutil.Process(run.pid).children(recursive=True)]
+    for process in tree:
+        process.kill()
     run.wait(timeout=30)
+    psutil.wait_procs(tree, timeout=10)
     time.sleep(0.5)
     made_before_the_kill = set(world.cloud_instances(stack))
     world.emulator.admin_ok("DELETE", "/_emulator/faults")
