@@ -48,7 +48,9 @@ def _passphrase(passphrase_file: Path | None) -> SecretStr:
         if not text:
             raise typer.BadParameter(f"{passphrase_file} is empty")
         return SecretStr(text)
-    from_env = os.environ.get("SPOTPOOL_PASSPHRASE") or os.environ.get("PULUMI_CONFIG_PASSPHRASE")
+    from spotpool.engine.settings import passphrase_from_env  # the engine loads only in `run`
+
+    from_env = passphrase_from_env()
     if not from_env:
         raise typer.BadParameter(
             "no secrets passphrase for the stacks: set PULUMI_CONFIG_PASSPHRASE "

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spotpool.engine import inventory, keyserver
-from spotpool.engine.settings import EngineSettings, state_root
+from spotpool.engine.settings import EngineSettings, passphrase_from_env, state_root
 from spotpool.preview import redact
 
 app = typer.Typer(help="Inspect the pools' Pulumi stacks (read-only).", no_args_is_help=True)
@@ -60,7 +60,7 @@ def serve_keys(
 ) -> None:
     """Serve the stacks' keys to the plain `pulumi` CLI (stacks of the `keyserver` secrets
     provider): prints the two variables to export, then serves on 127.0.0.1 until Ctrl-C."""
-    passphrase = os.environ.get("SPOTPOOL_PASSPHRASE") or os.environ.get("PULUMI_CONFIG_PASSPHRASE")
+    passphrase = passphrase_from_env()
     if not passphrase:
         raise typer.BadParameter("set PULUMI_CONFIG_PASSPHRASE (the stacks' passphrase)")
     service = keyserver.KeyService(passphrase, port)

@@ -22,9 +22,9 @@ def settings_path(work_dir: Path | str, stack_name: str) -> Path:
 
 
 def prepare_new_stack(path: Path, settings: EngineSettings) -> dict[str, object]:
-    """Before a stack the backend does not hold is made: a settings file with the process's
-    salt or wrapped data key (the CLI keeps one it finds). Returns the checkpoint's
-    `secrets_providers` for that key."""
+    """Before a stack the backend does not hold is made (`path` does not exist yet): a
+    settings file with the process's salt or wrapped data key (the CLI keeps one it finds).
+    Returns the checkpoint's `secrets_providers` for that key."""
     passphrase = settings.passphrase.get_secret_value()
     if settings.secrets_provider == "keyserver":
         key = keyserver.process_key(passphrase)
@@ -36,8 +36,7 @@ def prepare_new_stack(path: Path, settings: EngineSettings) -> dict[str, object]
         salt = config_crypt.process_salt(passphrase)
         body = {"encryptionsalt": salt}
         secrets = {"type": "passphrase", "state": {"salt": salt}}
-    if not path.exists():
-        _replace(path, {**body, "config": {}})
+    _replace(path, {**body, "config": {}})
     return secrets
 
 

@@ -22,6 +22,11 @@ def repository_root() -> Path:
     return Path(__file__).resolve().parents[3]
 
 
+def passphrase_from_env() -> str | None:
+    """The stacks' passphrase from the environment (SPOTPOOL_PASSPHRASE, else Pulumi's own)."""
+    return os.environ.get("SPOTPOOL_PASSPHRASE") or os.environ.get("PULUMI_CONFIG_PASSPHRASE")
+
+
 class EngineSettings(BaseModel):
     backend_url: str = Field(description="Pulumi state backend: file://…, s3://… or https://…")
     passphrase: SecretStr = Field(description="Passphrase of the stacks' secrets provider.")
@@ -75,9 +80,7 @@ class EngineSettings(BaseModel):
     @classmethod
     def from_env(cls) -> "EngineSettings":
         state = state_root()
-        passphrase = os.environ.get("SPOTPOOL_PASSPHRASE") or os.environ.get(
-            "PULUMI_CONFIG_PASSPHRASE"
-        )
+        passphrase = passphrase_from_env()
         if not passphrase:
             raise ValueError(
                 "no secrets passphrase: set SPOTPOOL_PASSPHRASE (or PULUMI_CONFIG_PASSPHRASE)"
