@@ -74,3 +74,19 @@ def test_a_recipe_adds_its_requirements_and_its_replaces_win() -> None:
     assert "require github.com/pulumi/pulumi-terraform-bridge/v3 v3.24.1" in text
     assert "=> github.com/pulumi/terraform-plugin-sdk/v2 v2.0.0-" in text
     assert "v9" not in text
+
+
+def test_a_stub_stands_in_for_its_module_and_wins_over_upstream_replaces() -> None:
+    from spotpool.toolchain.gobuild import RECIPES
+    from spotpool.toolchain.manifest import TOOLS_BY_NAME
+
+    spec = TOOLS_BY_NAME["pulumi"].build
+    assert spec is not None and spec.stubs
+    module, recipe = next(iter(spec.stubs.items()))
+    assert list((RECIPES / recipe).glob("*.go"))
+    gomod = GoMod.model_validate(
+        {"Replace": [{"Old": {"Path": module}, "New": {"Path": module, "Version": "v9"}}]}
+    )
+    text = wrapper_go_mod(spec, spec.version, gomod)
+    assert f"replace {module} => ./stubs/{module.replace('/', '_')}" in text
+    assert "v9" not in text

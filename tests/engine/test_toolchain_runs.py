@@ -55,3 +55,43 @@ def test_the_tencentcloud_plugin_is_registered_and_answers() -> None:
     )
     version = subprocess.run([str(plugin), "-version"], capture_output=True, text=True, check=True)
     assert version.stdout.strip() == "0.2.3"
+
+
+def test_the_cli_starts_without_the_password_dictionaries_and_still_spots_secrets(
+    tmp_path: Path,
+) -> None:
+    """zxcvbn is swapped for our estimate (0.18 CPU-s of package init in every CLI process);
+    `config set` still refuses a plaintext value that looks like a secret."""
+    cli = require_tool("pulumi")
+    env = {
+        **os.environ,
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_CONFIG_PASSPHRASE": "smoke",
+        "PULUMI_BACKEND_URL": f"file://{tmp_path}",
+    }
+    inits = subprocess.run(
+        [str(cli), "version"],
+        env={**env, "GODEBUG": "inittrace=1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stderr
+    assert "init github.com/pulumi/pulumi" in inits and "zxcvbn" not in inits
+    (tmp_path / "Pulumi.yaml").write_text("name: smoke\nruntime: python\n")
+    subprocess.run(
+        [str(cli), "stack", "init", "dev"], cwd=tmp_path, env=env, check=True, capture_output=True
+    )
+
+    def config_set(value: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(cli), "config", "set", "dbPassword", value],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    refused = config_set("x8#Kq2!vLp9@Zr4$Wm7tQ")
+    assert refused.returncode != 0 and "looks like a secret" in refused.stderr
+    assert config_set("hello").returncode == 0

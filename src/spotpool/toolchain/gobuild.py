@@ -110,11 +110,12 @@ def wrapper_go_mod(spec: GoBuild, version: str, gomod: GoMod) -> str:
         *(f"require {module} {wanted}" for module, wanted in spec.requires.items()),
         "",
         *(f"replace {old} => {new}" for old, new in spec.replaces.items()),
+        *(f"replace {module} => ./{_stub_dir(module)}" for module in spec.stubs),
     ]
     for replace in gomod.Replace or []:
         old, new = replace.Old, replace.New
         old_at = f"{old.Path} {old.Version}" if old.Version else old.Path
-        if old.Path in spec.replaces:  # the recipe's own choice wins
+        if old.Path in spec.replaces or old.Path in spec.stubs:  # the recipe's choice wins
             continue
         if new.Version:  # a module-path replace: keep it as it is
             lines.append(f"replace {old_at} => {new.Path} {new.Version}")
@@ -126,6 +127,21 @@ def wrapper_go_mod(spec: GoBuild, version: str, gomod: GoMod) -> str:
             wanted = spec.sibling_version
         lines.append(f"replace {old_at} => {old.Path} {wanted}")
     return "\n".join(lines) + "\n"
+
+
+def _stub_dir(module: str) -> str:
+    return "stubs/" + module.replace("/", "_")
+
+
+def _write_stubs(spec: GoBuild, workdir: Path) -> None:
+    """Each stub: its recipe's Go files under the module path it stands in for."""
+    for module, recipe in spec.stubs.items():
+        directory = workdir / _stub_dir(module)
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True)
+        (directory / "go.mod").write_text(f"module {module}\n\ngo 1.21\n")
+        for source in (RECIPES / recipe).glob("*.go"):
+            shutil.copy2(source, directory / source.name)
 
 
 def _ldflags(recipe: list[str]) -> str:
@@ -142,6 +158,7 @@ def build(spec: GoBuild, workdir: Path, output: Path) -> BuildReport:
     if spec.recipe:
         for source in (RECIPES / spec.recipe).glob("*.go"):
             shutil.copy2(source, workdir / source.name)
+    _write_stubs(spec, workdir)
     args = ["build", "-o", str(output)]
     if spec.tags:
         args += ["-tags", ",".join(spec.tags)]

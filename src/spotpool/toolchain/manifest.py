@@ -47,6 +47,9 @@ class GoBuild(BaseModel):
     replaces: dict[str, str] = Field(
         default_factory=dict, description="old module -> 'new module version'"
     )
+    # Modules swapped for a package of our own (a directory under toolchain/recipes/), for
+    # dependencies whose package init costs every run of the tool and that we never use.
+    stubs: dict[str, str] = Field(default_factory=dict, description="module -> recipe directory")
     # The checksum database answers 404 for many older releases the proxy still serves.
     checksum_db: bool = True
 
@@ -64,6 +67,8 @@ class LocalSource(BaseModel):
 class Tool(BaseModel):
     name: str
     version: str
+    # Bumped when the build changes but the version does not, so every cache builds it anew.
+    revision: str = ""
     binary: str
     version_args: list[str] = Field(description="arguments that make the binary print its version")
     # For a binary with no version flag: text its embedded Go build info holds (the -ldflags
@@ -96,6 +101,7 @@ TOOLS: list[Tool] = [
     Tool(
         name="pulumi",
         version=PULUMI_VERSION,
+        revision="lean1",  # zxcvbn stubbed
         binary="pulumi",
         version_args=["version"],
         download_url=f"https://get.pulumi.com/releases/sdk/pulumi-v{PULUMI_VERSION}-linux-x64.tar.gz",
@@ -104,6 +110,9 @@ TOOLS: list[Tool] = [
             module="github.com/pulumi/pulumi/pkg/v3",
             version=f"v{PULUMI_VERSION}",
             package="github.com/pulumi/pulumi/pkg/v3/cmd/pulumi",
+            stubs=dict.fromkeys(
+                ["github.com/nbutton23/zxcvbn-go", "github.com/ccojocar/zxcvbn-go"], "zxcvbn"
+            ),
             ldflags=[
                 _x(
                     "github.com/pulumi/pulumi/sdk/v3/go/common/version.Version",

@@ -14,7 +14,8 @@ def cache_root() -> Path:
 
 
 def tool_dir(tool: Tool) -> Path:
-    return cache_root() / "tools" / f"{tool.name}-{tool.version}"
+    revision = f"-{tool.revision}" if tool.revision else ""
+    return cache_root() / "tools" / f"{tool.name}-{tool.version}{revision}"
 
 
 def bin_dir() -> Path:
