@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import cpu_split  # noqa: E402
 from bench.plots import capacity_gap_over_time  # noqa: E402
+from bench.pool_watch import PoolWatch  # noqa: E402
 from spotpool.cluster import s3  # noqa: E402
 from spotpool.localworld.emulator import wait_until  # noqa: E402
 from spotpool.localworld.operator import OperatorWorld, local_world, pool_manifest  # noqa: E402
@@ -51,11 +53,6 @@ from spotpool.localworld.operator import OperatorWorld, local_world, pool_manife
 
 def _sizes(pools: int) -> dict[str, int]:
     return {f"p-{n}": 1 + n % 2 for n in range(pools)}
-
-
-def _pools(kube_world: OperatorWorld, namespace: str) -> dict[str, dict[str, Any]]:
-    reply = json.loads(kube_world.kube.ok("-n", namespace, "get", "spotpools", "-o", "json"))
-    return {p["metadata"]["name"]: p for p in reply["items"]}
 
 
 def _listed(pools: dict[str, dict[str, Any]]) -> set[str]:
@@ -119,7 +116,7 @@ def _rss(process: psutil.Process) -> float:
 
 def phase(work: Path, replicas: int, args: argparse.Namespace, last: bool) -> dict[str, Any]:
     figures: dict[str, Any] = {"replicas": replicas}
-    with local_world(work, boot_seconds=0, lease_namespace=None) as base:
+    with local_world(work, boot_seconds=0, lease_namespace=None) as base, ExitStack() as stack:
         server = s3.start(work / "s3")
         lease_namespace = f"bench-{uuid.uuid4().hex[:6]}"
         base.kube.ok("create", "namespace", lease_namespace)
@@ -147,6 +144,7 @@ def phase(work: Path, replicas: int, args: argparse.Namespace, last: bool) -> di
                  "metadata": {"name": name, "namespace": namespace}}
                 for name, count in wanted.items()
             ]  # fmt: skip
+            watch = stack.enter_context(PoolWatch(base.kube, namespace))
             started = time.monotonic()
             base.kube.ok("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1",
                          "kind": "List", "items": items}))  # fmt: skip
@@ -154,7 +152,7 @@ def phase(work: Path, replicas: int, args: argparse.Namespace, last: bool) -> di
             shown = [started]
 
             def all_ready() -> bool:
-                pools = _pools(base, namespace)
+                pools = watch.snapshot()
                 ready = sum(_ready(pools.get(n, {}), c) for n, c in wanted.items())
                 if time.monotonic() - shown[0] >= 60:  # progress, should the run be cut short
                     shown[0] = time.monotonic()
@@ -164,8 +162,6 @@ def phase(work: Path, replicas: int, args: argparse.Namespace, last: bool) -> di
 
             cpu_before = sum(_cpu(p) for w in worlds for p in _tree(w))
             machine_before = cpu_split.snapshot()
-            # Listing 1,000 pools costs the API server and kubectl about a CPU-second: looked
-            # at every 0.5 s, the bench itself took a third of the two cores it measures.
             wait_until(all_ready, f"{args.pools} pools Ready", args.timeout, every=args.look)
             figures["converge_s"] = time.monotonic() - started
             cpu = sum(_cpu(p) for w in worlds for p in _tree(w)) - cpu_before
@@ -183,9 +179,9 @@ def phase(work: Path, replicas: int, args: argparse.Namespace, last: bool) -> di
                 print(f"    replica {r}: idle {cpu:.1f} % of a core, RSS {rss:.0f} MiB "
                       f"(process tree), shards {sorted(_held(worlds[r]))}")  # fmt: skip
             if last:
-                figures |= storm(base, worlds, namespace, wanted, args)
+                figures |= storm(base, worlds, watch, wanted, args)
                 if replicas > 1:
-                    figures |= failover(base, worlds, namespace, wanted, args)
+                    figures |= failover(base, worlds, watch, wanted, args)
         finally:
             for world in worlds:
                 world.stop()
@@ -194,10 +190,10 @@ def phase(work: Path, replicas: int, args: argparse.Namespace, last: bool) -> di
 
 
 def storm(
-    base: OperatorWorld, worlds: list[OperatorWorld], namespace: str, wanted: dict[str, int],
+    base: OperatorWorld, worlds: list[OperatorWorld], watch: PoolWatch, wanted: dict[str, int],
     args: argparse.Namespace,
 ) -> dict[str, Any]:  # fmt: skip
-    pools = _pools(base, namespace)
+    pools = watch.snapshot()
     instances = [i["instanceId"] for p in pools.values() for i in p["status"]["instances"]]
     count = max(1, round(len(instances) * args.storm))
     victims = instances[:: max(1, len(instances) // count)][:count]
@@ -207,7 +203,7 @@ def storm(
     gone = set(victims)
 
     def replaced() -> bool:
-        pools = _pools(base, namespace)
+        pools = watch.snapshot()
         series.append((time.monotonic() - started, _gap(pools, wanted)))
         listed = {
             i["instanceId"] for p in pools.values() for i in p["status"].get("instances") or []
@@ -234,14 +230,14 @@ def _plot(series: list[tuple[float, int]], args: argparse.Namespace, count: int,
 
 
 def failover(
-    base: OperatorWorld, worlds: list[OperatorWorld], namespace: str, wanted: dict[str, int],
+    base: OperatorWorld, worlds: list[OperatorWorld], watch: PoolWatch, wanted: dict[str, int],
     args: argparse.Namespace,
 ) -> dict[str, Any]:  # fmt: skip
     from spotpool_operator.sharding import shard_of
 
     victim = max(worlds, key=lambda w: len(_held(w)))
     theirs = _held(victim)
-    pools = _pools(base, namespace)
+    pools = watch.snapshot()
     orphaned = [
         n for n, p in pools.items() if shard_of(p["metadata"]["uid"], args.shards) in theirs
     ]
@@ -257,7 +253,7 @@ def failover(
     held = time.monotonic() - started
 
     def whole() -> bool:
-        pools = _pools(base, namespace)
+        pools = watch.snapshot()
         listed = {
             i["instanceId"] for p in pools.values() for i in p["status"].get("instances") or []
         }
@@ -287,7 +283,7 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument(
-        "--look", type=float, default=5.0, help="seconds between looks at the pools converging"
+        "--look", type=float, default=1.0, help="seconds between looks at the pools converging"
     )
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "scale-storm.png")
     args = parser.parse_args()
