@@ -201,3 +201,27 @@ def test_a_local_source_that_is_not_a_directory_is_refused_with_what_to_fix(
     assert result.exit_code == 2
     assert "no-such-mirror is not a directory" in result.output
     assert not (cache / "tools").exists()  # nothing was tried
+
+
+def test_a_revision_is_built_anew_in_a_directory_of_its_own(cache: Path, mirror: Path) -> None:
+    """A recipe change under the same version (the lean pulumi CLI and tencentcloud plugin):
+    caches holding the earlier build build this one; `bin/` points at it."""
+    tool = _tool(f"http://127.0.0.1:{_closed_port()}/hello")
+    install(tool, lambda _: None, mirror)
+    revised = tool.model_copy(update={"revision": "lean1"})
+    assert tool_dir(revised).name == "hello-1.2.3-lean1"
+    assert status(revised).detail == "missing"
+    record = install(revised, lambda _: None, mirror)
+    assert record.source == LOCAL_SOURCE and record.seconds > 0
+    assert (bin_dir() / "hello").resolve() == tool_dir(revised) / "hello"
+
+
+def test_another_build_of_the_same_size_is_not_the_same_file(tmp_path: Path) -> None:
+    from spotpool.toolchain.install import _same_file
+
+    build, other, copy = tmp_path / "build", tmp_path / "other", tmp_path / "copy"
+    build.write_bytes(b"\x7fELF build-id A" + bytes(8192))
+    other.write_bytes(b"\x7fELF build-id B" + bytes(8192))
+    copy.write_bytes(build.read_bytes())
+    assert _same_file(copy, build) and not _same_file(other, build)
+    assert not _same_file(tmp_path / "missing", build)

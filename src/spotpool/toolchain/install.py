@@ -128,13 +128,13 @@ def status(tool: Tool) -> ToolStatus:
             detail=f"built but not beside {tool.beside}",
         )
     plugin_dir = _plugin_dir(tool)
-    if plugin_dir is not None and not (plugin_dir / tool.binary).exists():
+    if plugin_dir is not None and not _same_file(plugin_dir / tool.binary, binary):
         return ToolStatus(
             name=tool.name,
             version=tool.version,
             path=binary,
             ok=False,
-            detail="built but not registered with pulumi",
+            detail="built but not registered with pulumi (or another build is)",
         )
     record = read_record(tool)
     return ToolStatus(
@@ -182,9 +182,20 @@ def _register_plugin(tool: Tool, binary: Path) -> None:
     if not pulumi.exists():
         raise ToolUnavailable("the pulumi CLI is needed to register this plugin, and it is missing")
     kind, name = tool.plugin
-    # --file: the engine takes our binary and never tries to download the plugin itself.
+    # --file: the engine takes our binary and never tries to download the plugin itself;
+    # --reinstall: a new revision of the same version replaces the registered one.
     subprocess.run(
-        [str(pulumi), "plugin", "install", kind, name, tool.version, "--file", str(binary)],
+        [
+            str(pulumi),
+            "plugin",
+            "install",
+            kind,
+            name,
+            tool.version,
+            "--file",
+            str(binary),
+            "--reinstall",
+        ],
         check=True,
         capture_output=True,
         env={**os.environ, "PULUMI_SKIP_UPDATE_CHECK": "true"},
@@ -304,12 +315,18 @@ def _beside_dir(tool: Tool) -> Path:
     return tool_dir(TOOLS_BY_NAME[tool.beside])
 
 
-def _placed_beside(tool: Tool) -> bool:
-    def same(placed: Path, original: Path) -> bool:  # a hard link, or a copy
-        return placed.exists() and placed.stat().st_size == original.stat().st_size
+def _same_file(placed: Path, original: Path) -> bool:
+    """A hard link or a copy of `original`. Two builds of a tool can have the same size; a Go
+    binary's build ID (a hash of its inputs) sits in its first page."""
+    if not placed.exists() or placed.stat().st_size != original.stat().st_size:
+        return False
+    with placed.open("rb") as one, original.open("rb") as other:
+        return one.read(4096) == other.read(4096)
 
+
+def _placed_beside(tool: Tool) -> bool:
     return all(
-        same(_beside_dir(tool) / name, tool_dir(tool) / name)
+        _same_file(_beside_dir(tool) / name, tool_dir(tool) / name)
         for name in [tool.binary, *tool.extra_files]
     )
 

@@ -159,6 +159,7 @@ TOOLS: list[Tool] = [
     Tool(
         name="pulumi-resource-tencentcloud",
         version=TENCENTCLOUD_PLUGIN_VERSION,
+        revision="lean1",  # only the mapped resource kept: no schema validation of 1,250
         binary="pulumi-resource-tencentcloud",
         version_args=["-version"],
         plugin=("resource", "tencentcloud"),
