@@ -160,9 +160,6 @@ def _fake_pulumi(tmp_path: Path) -> FencedCommand:
     root = tmp_path / "pulumi"
     (root / "bin").mkdir(parents=True)
     script = root / "bin" / "pulumi"
-    script.write_text(
-        '#!/bin/sh\nif [ "$1" = version ]; then echo v3.200.0; exit 0; fi\n'
-        f'touch "{tmp_path}/launched-$$"\n'
-    )
+    script.write_text(f'#!/bin/sh\ntouch "{tmp_path}/launched-$$"\n')
     script.chmod(0o755)
-    return FencedCommand(root=str(root), skip_version_check=True)
+    return FencedCommand(root=str(root))

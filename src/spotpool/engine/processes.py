@@ -17,6 +17,9 @@ from typing import Any
 
 import psutil
 from pulumi import automation as auto
+from semver import VersionInfo
+
+from spotpool.toolchain.manifest import PULUMI_VERSION
 
 
 def pulumi_runs(stack: str | None = None) -> list[psutil.Process]:
@@ -80,7 +83,15 @@ def check_fence() -> None:
 class FencedCommand(auto.PulumiCommand):
     """The Pulumi CLI runner of every stack: each launch passes the thread's fence first, so
     no run starts once the writer lost its Lease — not even the next CLI of an operation
-    already under way (the `up` after an orphan sweep, a refresh after a repair)."""
+    already under way (the `up` after an orphan sweep, a refresh after a repair).
+
+    It is the pinned CLI (`make toolchain` checks the version it reports), so it is not asked
+    again: the Automation API's `pulumi version` costs 0.1-0.2 CPU-s a process and writes a
+    debug log into the user's Pulumi home."""
+
+    def __init__(self, root: str) -> None:  # no super().__init__: that runs `pulumi version`
+        self.command = os.path.join(root, "bin", "pulumi")
+        self.version = VersionInfo.parse(PULUMI_VERSION)
 
     def run(
         self,
