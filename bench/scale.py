@@ -18,11 +18,11 @@ its own (`unshare --uts`, as pods), dividing `--shards` shard Leases. For each r
     .venv/bin/python bench/scale.py [--pools 1000] [--replicas 4,2,1] [--shards 16]
                                     [--secrets-provider keyserver]
 
-Converging a pool costs about 1.2 CPU-seconds of the operator's tree (its `up` with engine and
-provider, and the run that creates the stack; 3.8-4.2 CPU-s before the lean engine), so N pools
-cost about 1.2N CPU-seconds to converge whatever the replica count: replicas spread the work
-across cores and nodes, which one 2-core machine has few of. The figures say what the cores
-allowed.
+Converging a pool costs about 0.6 CPU-seconds of the operator's tree (its one `up` with the
+CLI and plugin; 3.8-4.2 CPU-s before the lean engine, 1.2 before the lean CLI and plugin) and
+0.86 machine-wide, so N pools cost about 0.9N CPU-seconds to converge whatever the replica
+count: replicas spread the work across cores and nodes, which one 2-core machine has few of.
+The figures say what the cores allowed. The bench watches the pools (bench/pool_watch.py).
 """
 
 import argparse
