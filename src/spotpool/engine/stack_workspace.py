@@ -82,7 +82,6 @@ def secrets_provider_url(settings: EngineSettings) -> str:
     return keyserver.URL if settings.secrets_provider == "keyserver" else "passphrase"
 
 
-@cache
 def engine_home(work_root: Path) -> Path:
     """Pulumi's home for the engine's runs: Pulumi's plugins, and no automatic debug logs.
 
@@ -93,6 +92,8 @@ def engine_home(work_root: Path) -> Path:
     """
     shared = Path(os.environ.get("PULUMI_HOME") or Path.home() / ".pulumi")
     home = work_root / ".pulumi-home"
+    if (home / "logs").is_file():  # looked at before every run: the work dir may be new
+        return home
     home.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileExistsError):  # made already (another thread, a restart)
         (home / "plugins").symlink_to(shared / "plugins", target_is_directory=True)
