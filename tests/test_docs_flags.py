@@ -50,7 +50,17 @@ OTHER_TOOLS = {
 }
 
 # Other tools whose command lines the docs show (their flags are theirs, not checked here).
-OTHER_PROGRAMS = {"pulumi", "kubectl", "helm", "docker", "go", "kube-apiserver", "etcd", "make"}
+OTHER_PROGRAMS = {
+    "pulumi",
+    "kubectl",
+    "helm",
+    "docker",
+    "go",
+    "kube-apiserver",
+    "etcd",
+    "make",
+    "pytest",
+}
 
 FENCE = re.compile(r"^\s*```")
 SPAN = re.compile(r"`([^`]+)`")

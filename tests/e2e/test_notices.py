@@ -100,7 +100,9 @@ def test_a_notice_replaces_the_instance_before_the_cloud_takes_it(world: Operato
     replacement, old = cloud[surge["instanceId"]], cloud[victim]
     running_from = _when(replacement["CreatedTime"]) + BOOT
     assert running_from < _when(old["SpotTerminationTime"])
-    assert old["Gone"] and old["GoneReason"] == "reclaimed"
+    # Taken by the cloud, not by us; the pool may be whole while it is still TERMINATING.
+    assert old["GoneReason"] == "reclaimed"
+    assert old["Gone"] or old["InstanceState"] == "TERMINATING"
     # The pool ends at its size, with nothing leaked and nothing made twice.
     assert sorted(world.cloud(uid)) == sorted(_by_slot(status).values())
     assert len(cloud) == 3

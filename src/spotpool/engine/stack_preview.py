@@ -25,7 +25,7 @@ from spotpool.engine.results import (
 from spotpool.engine.stack_operation import command_reason
 from spotpool.engine.stack_state import SLOT_TYPE, state_of
 from spotpool.engine.stack_view import WorkspaceStack
-from spotpool.engine.stack_workspace import own_work_dir, select_stack
+from spotpool.engine.stack_workspace import forget_work_dir, own_work_dir, select_stack
 
 
 def preview(
@@ -64,6 +64,8 @@ def preview(
             raise EngineError(
                 f"preview of stack {pool.name} failed: {command_reason(err)}"
             ) from None
+        finally:
+            forget_work_dir(pool.settings.work_root, work_dir)
     return OperationResult(
         kind=OperationKind.PREVIEW,
         stack=pool.name,

@@ -2,6 +2,7 @@
 workspace, and the environment every Pulumi run of it gets (credentials travel only there)."""
 
 import contextlib
+import hashlib
 import os
 from functools import cache
 from pathlib import Path
@@ -99,6 +100,14 @@ def engine_home(work_root: Path) -> Path:
         (home / "plugins").symlink_to(shared / "plugins", target_is_directory=True)
     (home / "logs").touch()
     return home
+
+
+def forget_work_dir(work_root: Path, work_dir: Path) -> None:
+    """Drop Pulumi's memo of the stack selected in a throwaway `work_dir` (a file in the
+    engine's home named after the project file's path), so a preview leaves nothing behind."""
+    digest = hashlib.sha1(str(work_dir / "Pulumi.yaml").encode()).hexdigest()
+    memo = engine_home(work_root) / "workspaces" / f"{PROJECT}-{digest}-workspace.json"
+    memo.unlink(missing_ok=True)
 
 
 def pulumi_env(pool: StackView) -> dict[str, str]:
