@@ -18,6 +18,7 @@ from spotpool.engine.processes import FencedCommand, check_fence
 from spotpool.engine.program import load_program
 from spotpool.engine.settings import EngineSettings
 from spotpool.engine.stack_view import StackView, WorkspaceStack
+from spotpool.toolchain.paths import pulumi_home
 
 
 @cache
@@ -91,13 +92,12 @@ def engine_home(work_root: Path) -> Path:
     stats every one at each CLI start: an operator's home filled with thousands of files, each
     run paying for the listing. A file named `logs` makes Pulumi skip them, silently.
     """
-    shared = Path(os.environ.get("PULUMI_HOME") or Path.home() / ".pulumi")
     home = work_root / ".pulumi-home"
     if (home / "logs").is_file():  # looked at before every run: the work dir may be new
         return home
     home.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileExistsError):  # made already (another thread, a restart)
-        (home / "plugins").symlink_to(shared / "plugins", target_is_directory=True)
+        (home / "plugins").symlink_to(pulumi_home() / "plugins", target_is_directory=True)
     (home / "logs").touch()
     return home
 
