@@ -56,6 +56,7 @@ class PoolWatch:
                 if line.strip():
                     self._apply(json.loads(line))
             self._process.wait()
+            self._stopping.wait(1.0)  # a watch refused at once (a bad kubeconfig) is not spun
 
     def _apply(self, event: dict[str, Any]) -> None:
         pool = event.get("object") or {}
