@@ -44,9 +44,9 @@ from spotpool.localworld.emulator import (  # noqa: E402
     SECRET_ID,
     SECRET_KEY,
     EmulatorProcess,
-    free_port,
 )
 from spotpool.localworld.operator import OperatorWorld, local_world, pool_manifest  # noqa: E402
+from spotpool.ports import free_port  # noqa: E402
 
 CRD = ROOT / "crds" / "devops.jokerbai.com_spotpools.yaml"
 REGION, ZONE, TYPE, IMAGE = "ap-singapore", "ap-singapore-2", "GN7.2XLARGE32", "img-eb30mz89"

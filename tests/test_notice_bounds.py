@@ -23,7 +23,7 @@ from spotpool.api import notices
 from spotpool.api.status import Instance, Surge
 from spotpool.engine.notice_nonces import held_nonces, plan_nonces
 from spotpool.engine.stack import EngineError
-from spotpool.localworld.emulator import free_port
+from spotpool.ports import free_port
 from tests.operator.fakes import FakeEngine, World, make_world, pool_body, ref, run
 
 

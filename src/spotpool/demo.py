@@ -35,8 +35,9 @@ from spotpool.api.stackconfig import TAG_POOL_UID
 from spotpool.cluster import local
 from spotpool.engine import keyserver
 from spotpool.engine.recovery import GONE_STATES
-from spotpool.localworld.emulator import free_port, start_emulator
+from spotpool.localworld.emulator import start_emulator
 from spotpool.localworld.kube import Kube
+from spotpool.ports import free_port
 from spotpool.toolchain.install import status
 from spotpool.toolchain.manifest import TOOLS_BY_NAME
 from spotpool.toolchain.paths import bin_dir, tool_dir

@@ -11,7 +11,6 @@
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -19,17 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from spotpool.ports import free_port
 from spotpool.toolchain.paths import bin_dir, pulumi_home
 from tests.e2e.installs import ROOT
 
 ENTRYPOINT = ROOT / "operator" / "entrypoint.sh"
 VOLUMES = ("/var/lib/spotpool", "/etc/spotpool")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def environment(deployment: dict[str, Any], kubeconfig: Path, root: Path) -> dict[str, str]:

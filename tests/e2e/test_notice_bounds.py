@@ -33,8 +33,8 @@ from tencentcloud.cvm.v20170312 import models
 from spotpool.api import notices
 from spotpool.engine import cloud
 from spotpool.engine.credentials import Credentials
-from spotpool.localworld.emulator import free_port
 from spotpool.localworld.kube import Kube
+from spotpool.ports import free_port
 from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, pool_manifest
 

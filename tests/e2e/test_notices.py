@@ -11,8 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from spotpool.localworld.agents import NoticeAgents
-from spotpool.localworld.emulator import free_port
 from spotpool.localworld.kube import Kube
+from spotpool.ports import free_port
 from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, pool_manifest
 

@@ -15,8 +15,8 @@ import pytest
 
 from spotpool.api.notices import PREVIOUS_FILE, PREVIOUS_TAG, agent_settings
 from spotpool.localworld.agents import NoticeAgents
-from spotpool.localworld.emulator import free_port
 from spotpool.localworld.kube import Kube
+from spotpool.ports import free_port
 from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, pool_manifest
 

@@ -19,11 +19,11 @@ from spotpool.localworld.emulator import (
     SPOTPOOL,
     ZONE,
     EmulatorProcess,
-    free_port,
     start_emulator,
     stop_orphaned_plugins,
     wait_until,
 )
+from spotpool.ports import free_port
 
 __all__ = [
     "IMAGE_ID",

@@ -10,7 +10,6 @@ import contextlib
 import os
 import secrets
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -23,6 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from pydantic import BaseModel
 
+from spotpool.ports import free_port
 from spotpool.toolchain.manifest import TOOLS_BY_NAME
 from spotpool.toolchain.paths import tool_dir
 
@@ -52,12 +52,6 @@ class ClusterState(BaseModel):
 def default_directory() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "spotpool" / "cluster"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _binary(name: str) -> Path:
@@ -164,8 +158,8 @@ def up(directory: Path, tie_to_parent: bool = False) -> ClusterState:
     directory.mkdir(parents=True, exist_ok=True)
     pki = directory / "pki"
     token, manager_token = _write_credentials(pki)
-    client_port, peer_port, api_port = _free_port(), _free_port(), _free_port()
-    manager_port = _free_port()
+    client_port, peer_port, api_port = free_port(), free_port(), free_port()
+    manager_port = free_port()
     etcd_url = f"http://127.0.0.1:{client_port}"
     peer_url = f"http://127.0.0.1:{peer_port}"
     etcd_proc = _spawn(

@@ -8,7 +8,6 @@ beside it. A real deployment points the same URL shape at Tencent COS (see docs/
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -16,15 +15,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from spotpool.ports import free_port
 from spotpool.toolchain.paths import bin_dir
 
 REGION = "us-east-1"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -68,7 +62,7 @@ def start(directory: Path, log: Path | None = None, timeout: float = 20.0) -> Lo
     if not binary.exists():
         raise FileNotFoundError(f"no versitygw at {binary}: run `spotpool toolchain install`")
     directory.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = free_port()
     access, secret = "spotpool" + secrets.token_hex(4), secrets.token_hex(16)
     env = {**os.environ, "ROOT_ACCESS_KEY": access, "ROOT_SECRET_KEY": secret}
     output = (log or directory.parent / "versitygw.log").open("ab")

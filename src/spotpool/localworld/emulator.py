@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,8 @@ from tencentcloud.common.profile.client_profile import ClientProfile
 from tencentcloud.common.profile.http_profile import HttpProfile
 from tencentcloud.cvm.v20170312 import cvm_client
 
+from spotpool.ports import free_port
+
 SPOTPOOL = Path(sys.executable).parent / "spotpool"
 REGION = "ap-guangzhou"
 ZONE = "ap-guangzhou-3"
@@ -38,13 +39,6 @@ SECRET_KEY = "spotpool-tests-secret-key"
 READY_TIMEOUT = 20.0
 
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on right now (the server binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_until(

@@ -23,10 +23,10 @@ from spotpool.localworld.emulator import (
     SECRET_KEY,
     SPOTPOOL,
     EmulatorProcess,
-    free_port,
     wait_until,
 )
 from spotpool.localworld.kube import Kube
+from spotpool.ports import free_port
 
 ROOT = Path(__file__).parents[3]  # the repository
 ARTICLE_SAMPLE = ROOT / "examples" / "article-sample.yaml"
@@ -92,6 +92,16 @@ class OperatorWorld:
         return self.directory / "operator.log"
 
     def start(self) -> None:
+        """Start the operator and wait for its liveness endpoint; a probe port another process
+        took between our pick and its bind gets one more try on fresh ports."""
+        try:
+            self._start()
+        except AssertionError as error:
+            if "address already in use" not in str(error):
+                raise
+            self._start()
+
+    def _start(self) -> None:
         self.metrics_port, self.liveness_port = free_port(), free_port()
         self.starts += 1
         env = {

@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from spotpool.localworld.emulator import free_port, wait_until
+from spotpool.localworld.emulator import wait_until
+from spotpool.ports import free_port
 from spotpool.toolchain.manifest import TOOLS_BY_NAME
 from spotpool.toolchain.paths import bin_dir
 
