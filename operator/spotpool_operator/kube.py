@@ -8,11 +8,14 @@ blocking: the reconciler runs them in threads.
 import base64
 import logging
 import os
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import kubernetes
 
 from spotpool.api.spec import GROUP, PLURAL, VERSION
+from spotpool_operator import status_write
+from spotpool_operator.status_write import Writer
 
 log = logging.getLogger(__name__)
 
@@ -24,19 +27,32 @@ class SecretNotFound(Exception):
 class Cluster(Protocol):
     def read_secret(self, namespace: str, name: str) -> dict[str, bytes]: ...
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
+    def patch_status(
+        self,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        writer: Writer | None = None,
+        expected: Writer | None = None,
+        serving: Callable[[], bool] = lambda: True,
+    ) -> Writer | None:
+        """Write the status (a merge patch); with `writer`, as that shard holder, only over
+        `expected` or an older holder's write (status_write.py). Returns the writer stored."""
+        ...
 
 
 class KubeCluster:
-    def __init__(self) -> None:
+    def __init__(self, kubeconfig: str | None = None) -> None:
+        """In a pod its service account; else `kubeconfig`, or KUBECONFIG / ~/.kube/config."""
         client_config = kubernetes.client.Configuration()
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
                 client_configuration=client_config
             )
         else:
             kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-                client_configuration=client_config
+                config_file=kubeconfig or os.environ.get("KUBECONFIG"),
+                client_configuration=client_config,
             )
         self._api = kubernetes.client.ApiClient(client_config)
         self._core = kubernetes.client.CoreV1Api(self._api)
@@ -58,8 +74,20 @@ class KubeCluster:
             raise
         return {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    def patch_status(
+        self,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        writer: Writer | None = None,
+        expected: Writer | None = None,
+        serving: Callable[[], bool] = lambda: True,
+    ) -> Writer | None:
         try:
+            if writer is not None:
+                return status_write.write(
+                    self._custom, namespace, name, status, writer, expected, serving
+                )
             self._custom.patch_namespaced_custom_object_status(
                 GROUP,
                 VERSION,
@@ -73,5 +101,6 @@ class KubeCluster:
         except kubernetes.client.ApiException as error:
             if error.status == 404:  # deleted meanwhile: nothing left to report on
                 log.info("Spotpool %s/%s is gone; status not written", namespace, name)
-                return
+                return expected
             raise
+        return expected  # a merge patch leaves the stored writer as it was

@@ -128,6 +128,13 @@ class OperatorLease:
     def acquired_at(self) -> datetime:
         return self._acquired or datetime.max.replace(tzinfo=UTC)
 
+    @property
+    def uid(self) -> str:
+        """The Lease object's uid as this process last wrote it: a recreated Lease restarts
+        its transition count, so tokens compare only within one uid."""
+        last = self._last
+        return str(getattr(getattr(last, "metadata", None), "uid", "") or "")
+
     def earlier_holders(self) -> frozenset[str]:
         return self._earlier
 

@@ -5,6 +5,7 @@ status written (and Events posted) around every operation."""
 import asyncio
 import time
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,6 +19,7 @@ from spotpool_operator.credentials import INLINE_WARNING, login_password, resolv
 from spotpool_operator.engine_calls import EngineCalls
 from spotpool_operator.failures import PoolProblem, classify
 from spotpool_operator.pools import PoolRef, PoolState
+from spotpool_operator.status_write import StaleWrite
 
 
 class PoolBook(EngineCalls):
@@ -27,6 +29,8 @@ class PoolBook(EngineCalls):
         state = self.pools.get(ref.uid)
         if state is None:
             state = PoolState(status=render.parse(ref.status))
+            if state.status.writer is not None:
+                state.status_writer = state.status.writer.model_dump(mode="json", by_alias=True)
             self.pools[ref.uid] = state
         return state
 
@@ -155,10 +159,15 @@ class PoolBook(EngineCalls):
             return  # the shard's new holder writes the status now
         self.metrics.observe_pool(ref.namespace, ref.name, status)
         self.metrics.observe_surges(before, status)
+        writer = self.shards.writer(ref.uid) if self.shards is not None else None
         try:
-            await asyncio.to_thread(
-                self.cluster.patch_status, ref.namespace, ref.name, render.to_patch(status)
-            )
+            pool.status_writer = await asyncio.to_thread(
+                self.cluster.patch_status, ref.namespace, ref.name, render.to_patch(status),
+                writer, pool.status_writer, partial(self.serving, ref),
+            )  # fmt: skip
+        except StaleWrite as stale:  # a newer holder of the shard wrote: its status stands
+            pool.status_writer = stale.seen or None
+            ref.logger.info("status not written: %s", stale)
         except Exception as error:  # the next write carries the same fields: do not fail the op
             ref.logger.warning("could not write the status: %s", error)
 

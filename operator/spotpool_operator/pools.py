@@ -99,6 +99,9 @@ class PoolState:
     # Termination notices taken in whose replacement has not started: slot -> the notice. The
     # status keeps them too (notices.accepted): the replica that serves the pool next starts them.
     noticed: dict[int, AcceptedNotice] = field(default_factory=dict)
+    # status.writer as this replica last wrote or read it: its next status write is made only
+    # over that one (status_write.py), so a late write of an earlier shard holder is refused.
+    status_writer: dict[str, Any] | None = None
     # onNotice results taken in and not yet in the status (the daemon writes them, with Events)
     checkpoints: list[Checkpoint] = field(default_factory=list)
 

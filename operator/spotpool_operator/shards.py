@@ -157,6 +157,17 @@ class ShardLeases(ShardWork):
         (whatever it knew of the pool before was dropped)."""
         return self._epochs[self.shard(uid)]
 
+    def writer(self, uid: str) -> dict[str, Any]:
+        """Who writes the pool's status from this replica: its shard Lease, that Lease's uid and
+        fencing token (leaseTransitions when this replica took it), this replica's identity."""
+        lease = self.leases[self.shard(uid)]
+        return {
+            "lease": lease.name,
+            "leaseUid": lease.uid,
+            "token": lease.transitions,
+            "holder": self.identity,
+        }
+
     def served_event(self, uid: str) -> asyncio.Event:
         """Set when this replica next acquires the pool's shard."""
         return self._wakers[self.shard(uid)]

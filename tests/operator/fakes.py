@@ -205,8 +205,17 @@ class FakeCluster:
         except KeyError:
             raise SecretNotFound(f"Secret {namespace}/{name} not found") from None
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    def patch_status(
+        self,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        writer: dict[str, Any] | None = None,
+        expected: dict[str, Any] | None = None,
+        serving: Callable[[], bool] = lambda: True,
+    ) -> dict[str, Any] | None:
         self.statuses.setdefault(f"{namespace}/{name}", []).append(status)
+        return writer or expected
 
     def last(self, key: str) -> dict[str, Any]:
         return self.statuses[key][-1]

@@ -89,6 +89,17 @@ class StackStatus(Model):
     last_operation: Operation | None = None
 
 
+class StatusWriter(Model):
+    """Who wrote the status: the replica holding the pool's shard Lease, with the Lease's
+    fencing token (its transition count when that replica took it). A replica's write that
+    arrives after a newer holder's (a stalled request) is refused by the API server."""
+
+    lease: str = Field(description="The shard Lease the writer held.")
+    lease_uid: str = Field("", description="That Lease's uid (a recreated Lease counts anew).")
+    token: int = Field(ge=0, description="The Lease's leaseTransitions when the writer took it.")
+    holder: str = Field(description="The writer's Lease holder identity.")
+
+
 class Reclaims(Model):
     total: int = Field(0, description="Spot instances the cloud reclaimed from this pool.")
     last_time: datetime | None = Field(None, description="When the last reclaim was found.")
@@ -178,4 +189,7 @@ class SpotpoolStatus(Model):
         ge=0,
         description="What the same instances would cost an hour on demand: hourlyCost's "
         "comparison (the savings are the difference).",
+    )
+    writer: StatusWriter | None = Field(
+        None, description="The replica that wrote this status, with its shard Lease's token."
     )
