@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 import pytest
 import yaml
+from spotpool_operator.failures import PoolProblem
 from spotpool_operator.metrics import NOTICE_RESULTS, Metrics
 
 from spotpool.api import notices
@@ -211,6 +212,33 @@ def test_a_notice_starts_the_slots_replacement_in_one_engine_run(tmp_path: Path)
     assert world.events.reasons()[-2:] == ["TerminationNotice", "Surging"]
     assert pool.noticed == {}
     assert _surges(world.metrics) == {"started": 1, "promoted": 0, "retired": 0}
+
+
+def test_a_notice_whose_surge_run_fails_is_kept_and_started_on_the_next_try(
+    tmp_path: Path,
+) -> None:
+    """A surge run that fails (here the engine; in CI the pool's shard was not held for a
+    moment under load) leaves the notice with the pool: the daemon's next try starts it."""
+    world = make_world(tmp_path, notice_port=8090)
+    reconciler = world.reconciler
+    body = pool_body()
+    run(reconciler.converge(ref(body)))
+    pool = reconciler.pool(ref(body))
+    first = {i.slot: i.instance_id for i in pool.status.instances}
+    report, signature = _report(reconciler.settings.engine.notice_key("uid-gpu"), 0, first[0])
+    assert reconciler.receive_notice(report, signature)[0] == 202
+
+    world.cloud.fail_surge = "the API server went away"
+    with pytest.raises(PoolProblem):
+        run(reconciler.start_surges(ref(body)))
+    assert list(pool.noticed) == [0] and pool.noticed[0].instance_id == first[0]
+    assert not world.cloud.surges.get("team-a.gpu")
+
+    world.cloud.fail_surge = None
+    run(reconciler.start_surges(ref(body)))
+    (surge,) = world.cluster.last("team-a/gpu")["surges"]
+    assert surge["slot"] == 0 and surge["replacing"] == first[0]
+    assert pool.noticed == {}
 
 
 def test_a_surge_whose_old_instance_outlives_its_notice_is_retired(tmp_path: Path) -> None:

@@ -123,9 +123,10 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
                     failures += 1
                     not_before = time.monotonic() + settings.backoff(failures - 1)
                 continue
-            wait = max(reconciler.refresh_due_in(ref), backing_off)
             urgent = pool.gone_slots or pool.noticed or pool.checkpoints
-            if not (urgent and backing_off <= 0) and wait > 0:
+            # urgent work waits out only its backoff, not the next refresh
+            wait = backing_off if urgent else max(reconciler.refresh_due_in(ref), backing_off)
+            if wait > 0:
                 await _sleep(stopped, pool.wake, wait)
                 continue  # re-read: an operation may have moved the due time meanwhile
             try:

@@ -175,72 +175,81 @@ class Notices(PoolWork):
         pool = self.pool(ref)
         async with pool.lock:
             noticed, pool.noticed = pool.noticed, {}
-            spec = await self._spec(pool, ref, "up", quiet=True)
-            if spec.paused:
-                return
-            now = self.clock()
-            listed = {i.slot: i.instance_id for i in pool.status.instances}
-            surging = {s.slot for s in pool.status.surges}
-            slots = sorted(
-                slot
-                for slot, notice in noticed.items()
-                if listed.get(slot) == notice.instance_id
-                and slot not in surging
-                and slot not in pool.gone_slots  # gone already: the plain replacement is as quick
-                and notice.termination_time + timedelta(seconds=NOTICE_LATE) >= now
-            )
-            if not slots:
-                await self._settled(pool, ref)
-                return
-            names = ", ".join(
-                f"slot {s} ({n.instance_id} at {n.termination_time:%H:%M:%S} UTC)"
-                for s, n in sorted(noticed.items())
-                if s in slots
-            )
-            self.events.post(
-                ref.event_ref(),
-                "Warning",
-                "TerminationNotice",
-                f"the cloud will reclaim {names}; starting the replacement now",
-            )
-            ref.logger.warning("termination notice: %s", names)
-            started = self.clock()
-            taken = {s: noticed[s] for s in slots}
-            status = render.noticed(
-                self._with_identity(pool.status, ref, spec), len(slots), started
-            )
-            await self._write(pool, ref, render.accepting(status, taken))
-            credentials = await self._credentials(pool, ref, spec, "up")
-            password = await self._login_password(pool, ref, spec)
-            engine = self._engine(ref, credentials, spec.region)
-            config = self._config(ref, spec)
-            try:  # the pool's placed config: a surge run must not move any other slot
-                placed, _ = await self._placed(pool, spec, config, credentials, None)
-            except PoolProblem:  # no stock for missing slots: theirs is the next up's business
-                placed = config
             try:
-                result = await self._engine_call("up", engine.start_surge, placed, slots, password)
-            except Exception as error:  # the reclaim itself is still replaced when it comes
-                problem = classify(error)
-                await self._fail(pool, ref, pool.status, "up", problem, started)
-                raise problem from None
-            made = [s for s in result.surges if s.slot in slots]
-            if not made:  # nothing to surge after all (the engine ran no up)
-                ref.logger.info("no surge started: slots %s have no instance in the state", slots)
-                await self._settled(pool, ref)
-                return
-            status = render.surged(pool.status, result, taken, started, self.clock())
-            await self._write(pool, ref, render.accepting(status, {}))
-            self.events.post(
-                ref.event_ref(),
-                "Normal",
-                "Surging",
-                "started "
-                + ", ".join(f"{s.instance_id} for slot {s.slot}" for s in made)
-                + f" in {result.seconds:.0f} s; each takes its slot when the cloud takes the "
-                "old instance",
-            )
-            ref.logger.info("surge started in %.1f s: %s", result.seconds, made)
+                await self._start_surges(pool, ref, noticed)
+            except Exception:  # the shard slipped for a moment, a failed run: the daemon tries
+                for slot, notice in noticed.items():  # again after its backoff, until too late
+                    pool.noticed.setdefault(slot, notice)
+                raise
+
+    async def _start_surges(
+        self, pool: PoolState, ref: PoolRef, noticed: dict[int, AcceptedNotice]
+    ) -> None:
+        """start_surges under the pool's lock, the notices taken out of the pool."""
+        spec = await self._spec(pool, ref, "up", quiet=True)
+        if spec.paused:
+            return
+        now = self.clock()
+        listed = {i.slot: i.instance_id for i in pool.status.instances}
+        surging = {s.slot for s in pool.status.surges}
+        slots = sorted(
+            slot
+            for slot, notice in noticed.items()
+            if listed.get(slot) == notice.instance_id
+            and slot not in surging
+            and slot not in pool.gone_slots  # gone already: the plain replacement is as quick
+            and notice.termination_time + timedelta(seconds=NOTICE_LATE) >= now
+        )
+        if not slots:
+            await self._settled(pool, ref)
+            return
+        names = ", ".join(
+            f"slot {s} ({n.instance_id} at {n.termination_time:%H:%M:%S} UTC)"
+            for s, n in sorted(noticed.items())
+            if s in slots
+        )
+        self.events.post(
+            ref.event_ref(),
+            "Warning",
+            "TerminationNotice",
+            f"the cloud will reclaim {names}; starting the replacement now",
+        )
+        ref.logger.warning("termination notice: %s", names)
+        started = self.clock()
+        taken = {s: noticed[s] for s in slots}
+        status = render.noticed(self._with_identity(pool.status, ref, spec), len(slots), started)
+        await self._write(pool, ref, render.accepting(status, taken))
+        credentials = await self._credentials(pool, ref, spec, "up")
+        password = await self._login_password(pool, ref, spec)
+        engine = self._engine(ref, credentials, spec.region)
+        config = self._config(ref, spec)
+        try:  # the pool's placed config: a surge run must not move any other slot
+            placed, _ = await self._placed(pool, spec, config, credentials, None)
+        except PoolProblem:  # no stock for missing slots: theirs is the next up's business
+            placed = config
+        try:
+            result = await self._engine_call("up", engine.start_surge, placed, slots, password)
+        except Exception as error:  # the reclaim itself is still replaced when it comes
+            problem = classify(error)
+            await self._fail(pool, ref, pool.status, "up", problem, started)
+            raise problem from None
+        made = [s for s in result.surges if s.slot in slots]
+        if not made:  # nothing to surge after all (the engine ran no up)
+            ref.logger.info("no surge started: slots %s have no instance in the state", slots)
+            await self._settled(pool, ref)
+            return
+        status = render.surged(pool.status, result, taken, started, self.clock())
+        await self._write(pool, ref, render.accepting(status, {}))
+        self.events.post(
+            ref.event_ref(),
+            "Normal",
+            "Surging",
+            "started "
+            + ", ".join(f"{s.instance_id} for slot {s.slot}" for s in made)
+            + f" in {result.seconds:.0f} s; each takes its slot when the cloud takes the "
+            "old instance",
+        )
+        ref.logger.info("surge started in %.1f s: %s", result.seconds, made)
 
     async def _settled(self, pool: PoolState, ref: PoolRef) -> None:
         """No notice is waiting any more: the status says so too."""

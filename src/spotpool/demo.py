@@ -32,6 +32,7 @@ from tencentcloud.cvm.v20170312 import cvm_client, models
 
 from spotpool.api.crd import CRD_PATH
 from spotpool.api.stackconfig import TAG_POOL_UID
+from spotpool.children import tied_to_parent
 from spotpool.cluster import local
 from spotpool.engine import keyserver
 from spotpool.engine.recovery import GONE_STATES
@@ -106,12 +107,6 @@ def _article_manifest(secret_id: str, secret_key: str) -> str:
     return json.dumps(manifest)
 
 
-def _die_with_parent() -> None:
-    import ctypes
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 @contextmanager
 def operator(work: Path, kubeconfig: Path, endpoint: str, passphrase: str) -> Iterator[Path]:
     """Run `spotpool operator run` for the default namespace; stop exactly it afterwards."""
@@ -126,11 +121,13 @@ def operator(work: Path, kubeconfig: Path, endpoint: str, passphrase: str) -> It
     }
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "spotpool", "operator", "run", "--namespace", NAMESPACE,
-             "--refresh-interval", "5s", "--metrics-port", str(free_port()),
-             "--liveness-port", str(free_port()), "--log-format", "full"],
+            tied_to_parent(
+                [sys.executable, "-m", "spotpool", "operator", "run", "--namespace", NAMESPACE,
+                 "--refresh-interval", "5s", "--metrics-port", str(free_port()),
+                 "--liveness-port", str(free_port()), "--log-format", "full"]
+            ),
             env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_die_with_parent,
+            start_new_session=True,
         )  # fmt: skip
     try:
         yield log_path

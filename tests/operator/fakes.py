@@ -37,6 +37,7 @@ class FakeCloud:
     running: int = 0
     most_running: int = 0
     fail_up: str | None = None
+    fail_surge: str | None = None
     applied: dict[str, StackConfig] = field(default_factory=dict)  # stack -> last up's config
     throttled: bool = False  # the quick check answers RequestLimitExceeded
     next_id: int = 0
@@ -140,6 +141,8 @@ class FakeEngine:
     ) -> OperationResult:
         """Like the real one: a second instance beside each noticed slot's."""
         self.cloud.calls.append(("start_surge", self.name))
+        if self.cloud.fail_surge:
+            raise EngineError(f"up of stack {self.name} failed: {self.cloud.fail_surge}")
         surges = self.cloud.surges.setdefault(self.name, {})
         for slot in slots:
             surges.setdefault(slot, self.cloud.new_id())

@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from pydantic import BaseModel
 
+from spotpool.children import tied_to_parent
 from spotpool.ports import free_port
 from spotpool.toolchain.manifest import TOOLS_BY_NAME
 from spotpool.toolchain.paths import tool_dir
@@ -93,20 +94,13 @@ def _write_credentials(pki: Path) -> tuple[str, str]:
 
 
 def _spawn(args: list[str], log: Path, tie_to_parent: bool) -> subprocess.Popen[bytes]:
-    def die_with_parent() -> None:
-        # Linux PR_SET_PDEATHSIG: a test run that dies takes its servers with it.
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-
     with log.open("ab") as out:
         return subprocess.Popen(
-            args,
+            tied_to_parent(args) if tie_to_parent else args,  # a test run that dies takes them
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=not tie_to_parent,
-            preexec_fn=die_with_parent if tie_to_parent else None,
         )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 import yaml
 
+from spotpool.children import tied_to_parent
 from spotpool.localworld.emulator import (
     SECRET_ID,
     SECRET_KEY,
@@ -59,13 +60,6 @@ def pool_manifest(name: str, **spec: Any) -> dict[str, Any]:
             **spec,
         },
     }
-
-
-def _die_with_parent() -> None:
-    """Linux PR_SET_PDEATHSIG: a test run that dies takes its operator with it."""
-    import ctypes
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
 @dataclass
@@ -132,10 +126,9 @@ class OperatorWorld:
             log.write(f"\n=== operator start {self.starts} ===\n".encode())
             log.flush()
             self.process = subprocess.Popen(
-                command,
+                tied_to_parent(command),  # a test run that dies takes its operator with it
                 env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 start_new_session=True,  # its own group: a kill takes pulumi and plugins too
-                preexec_fn=_die_with_parent,
             )  # fmt: skip
         self.wait_until(self.alive, "the operator's liveness endpoint", timeout=60)
 
