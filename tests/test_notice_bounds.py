@@ -24,7 +24,7 @@ from spotpool.api.status import Instance, Surge
 from spotpool.engine.notice_nonces import held_nonces, plan_nonces
 from spotpool.engine.stack import EngineError
 from spotpool.ports import free_port
-from tests.operator.fakes import FakeEngine, World, make_world, pool_body, ref, run
+from tests.operator.fakes import FakeEngine, World, make_world, noticed_world, pool_body, ref, run
 
 
 def _beijing(when: datetime) -> str:
@@ -158,12 +158,8 @@ def test_accepted_notices_survive_in_the_status(
 ) -> None:
     """A replica takes a notice in, then loses the pool before its surge ran (here: the run
     fails): the status keeps the notice, and the replica serving the pool next starts it."""
-    world = make_world(tmp_path, notice_port=8090)
+    world, body, first = noticed_world(tmp_path)
     reconciler = world.reconciler
-    body = pool_body()
-    run(reconciler.converge(ref(body)))
-    pool = reconciler.pool(ref(body))
-    first = {i.slot: i.instance_id for i in pool.status.instances}
     key = reconciler.settings.engine.notice_key("uid-gpu")
     when = _beijing(datetime.now(UTC) + timedelta(seconds=120))
     report, signature = _signed(key, _fields(first[1], when, slot=1))
@@ -194,12 +190,9 @@ def test_accepted_notices_survive_in_the_status(
 
 def test_no_eligible_slot_no_engine_run(tmp_path: Path) -> None:
     """The slot's instance changed after its notice came: nothing to surge, no engine call."""
-    world = make_world(tmp_path, notice_port=8090)
+    world, body, first = noticed_world(tmp_path)
     reconciler = world.reconciler
-    body = pool_body()
-    run(reconciler.converge(ref(body)))
     pool = reconciler.pool(ref(body))
-    first = {i.slot: i.instance_id for i in pool.status.instances}
     key = reconciler.settings.engine.notice_key("uid-gpu")
     when = _beijing(datetime.now(UTC) + timedelta(seconds=120))
     report, signature = _signed(key, _fields(first[0], when))

@@ -20,7 +20,7 @@ from spotpool.api.notices import NoticeAgent, NoticeReport
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.api.status import Instance, Surge
 from spotpool.notices import agent
-from tests.operator.fakes import make_world, pool_body, ref, run
+from tests.operator.fakes import make_world, noticed_world, pool_body, ref, run
 
 AGENT = NoticeAgent(url="http://10.0.0.5:8090", command="spotpool notice-agent")
 
@@ -219,12 +219,9 @@ def test_a_notice_whose_surge_run_fails_is_kept_and_started_on_the_next_try(
 ) -> None:
     """A surge run that fails (here the engine; in CI the pool's shard was not held for a
     moment under load) leaves the notice with the pool: the daemon's next try starts it."""
-    world = make_world(tmp_path, notice_port=8090)
+    world, body, first = noticed_world(tmp_path)
     reconciler = world.reconciler
-    body = pool_body()
-    run(reconciler.converge(ref(body)))
     pool = reconciler.pool(ref(body))
-    first = {i.slot: i.instance_id for i in pool.status.instances}
     report, signature = _report(reconciler.settings.engine.notice_key("uid-gpu"), 0, first[0])
     assert reconciler.receive_notice(report, signature)[0] == 202
 
@@ -389,12 +386,9 @@ def _checkpoint(
 
 
 def test_operator_records_the_commands_result_and_posts_an_event(tmp_path: Path) -> None:
-    world = make_world(tmp_path, notice_port=8090)
+    world, body, first = noticed_world(tmp_path)
     reconciler = world.reconciler
-    body = pool_body()
-    run(reconciler.converge(ref(body)))
     pool = reconciler.pool(ref(body))
-    first = {i.slot: i.instance_id for i in pool.status.instances}
     key = reconciler.settings.engine.notice_key("uid-gpu")
 
     async def receive(report: tuple[bytes, str]) -> int:

@@ -66,7 +66,9 @@ def write(
     """Write `status` as `writer` if the stored writer is `expected` (None: none stored); returns
     the writer stored now. Raises StaleWrite when a newer holder wrote."""
     whole = {"op": "add", "path": "/status", "value": present({**status, "writer": writer})}
-    condition = {"op": "test", "path": "/status/writer", "value": expected}
+    # expected None: a new pool, no status yet (a test of a missing member passes with null)
+    path = "/status/writer" if expected is not None else "/status"
+    condition = {"op": "test", "path": path, "value": expected}
     for _ in range(ATTEMPTS):
         try:
             _json_patch(api, namespace, name, [condition, whole])

@@ -53,8 +53,17 @@ def test_a_stalled_replicas_late_status_write_is_refused_after_a_takeover(
         _wait(lambda: a.replica.serves(uid), "A to hold the shard", 30)
         mine = a.replica.writer(uid)
         serving_a = lambda: a.replica.serves(uid)  # noqa: E731
+        reads: list[str] = []
+        read = a_cluster._custom.get_namespaced_custom_object
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            reads.append(args[-1])
+            return read(*args, **kwargs)
+
+        a_cluster._custom.get_namespaced_custom_object = counted  # type: ignore[method-assign]
         stored = a_cluster.patch_status(namespace, name, {"size": 1}, mine, None, serving_a)
         assert stored == mine
+        assert reads == []  # a new pool's first status: one request, no read
         assert _stored(kube, namespace, name)["writer"] == mine
 
         # B joins; A's connection stalls with a write in flight

@@ -281,6 +281,16 @@ def make_world(tmp_path: Path, quick_check: bool = False, **extra: Any) -> World
     return World(reconciler, cloud, cluster, events, metrics)
 
 
+def noticed_world(tmp_path: Path) -> tuple[World, dict[str, Any], dict[int | None, str]]:
+    """A world with termination notices on and the default pool converged: the world, the
+    pool's body, its instances by slot."""
+    world = make_world(tmp_path, notice_port=8090)
+    body = pool_body()
+    run(world.reconciler.converge(ref(body)))
+    pool = world.reconciler.pool(ref(body))
+    return world, body, {i.slot: i.instance_id for i in pool.status.instances}
+
+
 def pool_body(
     name: str = "gpu",
     generation: int = 1,
