@@ -166,7 +166,7 @@ class PoolBook(EngineCalls):
                 writer, pool.status_writer, partial(self.serving, ref),
             )  # fmt: skip
         except StaleWrite as stale:  # a newer holder of the shard wrote: its status stands
-            pool.status_writer = stale.seen or None
+            pool.status_writer = stale.seen
             ref.logger.info("status not written: %s", stale)
         except Exception as error:  # the next write carries the same fields: do not fail the op
             ref.logger.warning("could not write the status: %s", error)

@@ -28,10 +28,8 @@ TIMEOUT = 30
 class StaleWrite(Exception):
     """A newer holder of the pool's shard wrote its status: this replica's write is dropped."""
 
-    def __init__(self, seen: Writer) -> None:
-        super().__init__(
-            f"the status was written by {seen.get('holder')} (token {seen.get('token')})"
-        )
+    def __init__(self, seen: Writer | None, why: str) -> None:
+        super().__init__(why)
         self.seen = seen
 
 
@@ -81,8 +79,12 @@ def write(
             GROUP, VERSION, namespace, PLURAL, name, _request_timeout=TIMEOUT
         )
         seen = (current.get("status") or {}).get("writer")
-        if newer(seen, writer) or not serving():
-            raise StaleWrite(seen or {})
+        if newer(seen, writer):
+            assert seen is not None
+            why = f"a newer holder of the shard wrote it: {seen.get('holder')}"
+            raise StaleWrite(seen, f"{why} (token {seen.get('token')})")
+        if not serving():
+            raise StaleWrite(seen, "this replica no longer serves the pool")
         if condition["path"] == "/status/writer" and seen is not None and seen == expected:
             raise failure  # the test held: the write itself was refused (say, the schema)
         version = current["metadata"]["resourceVersion"]
