@@ -8,14 +8,13 @@ blocking: the reconciler runs them in threads.
 import base64
 import logging
 import os
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import kubernetes
 
 from spotpool.api.spec import GROUP, PLURAL, VERSION
 from spotpool_operator import status_write
-from spotpool_operator.status_write import Writer
+from spotpool_operator.status_write import Fence, Writer
 
 log = logging.getLogger(__name__)
 
@@ -28,16 +27,11 @@ class Cluster(Protocol):
     def read_secret(self, namespace: str, name: str) -> dict[str, bytes]: ...
 
     def patch_status(
-        self,
-        namespace: str,
-        name: str,
-        status: dict[str, Any],
-        writer: Writer | None = None,
-        expected: Writer | None = None,
-        serving: Callable[[], bool] = lambda: True,
+        self, namespace: str, name: str, status: dict[str, Any], fence: Fence | None = None
     ) -> Writer | None:
-        """Write the status (a merge patch); with `writer`, as that shard holder, only over
-        `expected` or an older holder's write (status_write.py). Returns the writer stored."""
+        """Write the status (a merge patch); with a fence, as its shard holder, only over the
+        writer it expects or an older holder's write (status_write.py). Returns the writer
+        stored (None when unknown)."""
         ...
 
 
@@ -75,19 +69,11 @@ class KubeCluster:
         return {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
 
     def patch_status(
-        self,
-        namespace: str,
-        name: str,
-        status: dict[str, Any],
-        writer: Writer | None = None,
-        expected: Writer | None = None,
-        serving: Callable[[], bool] = lambda: True,
+        self, namespace: str, name: str, status: dict[str, Any], fence: Fence | None = None
     ) -> Writer | None:
         try:
-            if writer is not None:
-                return status_write.write(
-                    self._custom, namespace, name, status, writer, expected, serving
-                )
+            if fence is not None:
+                return status_write.write(self._custom, namespace, name, status, fence)
             self._custom.patch_namespaced_custom_object_status(
                 GROUP,
                 VERSION,
@@ -101,6 +87,6 @@ class KubeCluster:
         except kubernetes.client.ApiException as error:
             if error.status == 404:  # deleted meanwhile: nothing left to report on
                 log.info("Spotpool %s/%s is gone; status not written", namespace, name)
-                return expected
+                return fence.expected if fence else None
             raise
-        return expected  # a merge patch leaves the stored writer as it was
+        return None

@@ -19,7 +19,7 @@ from spotpool_operator.credentials import INLINE_WARNING, login_password, resolv
 from spotpool_operator.engine_calls import EngineCalls
 from spotpool_operator.failures import PoolProblem, classify
 from spotpool_operator.pools import PoolRef, PoolState
-from spotpool_operator.status_write import StaleWrite
+from spotpool_operator.status_write import Fence, StaleWrite
 
 
 class PoolBook(EngineCalls):
@@ -159,12 +159,15 @@ class PoolBook(EngineCalls):
             return  # the shard's new holder writes the status now
         self.metrics.observe_pool(ref.namespace, ref.name, status)
         self.metrics.observe_surges(before, status)
-        writer = self.shards.writer(ref.uid) if self.shards is not None else None
+        fence = None
+        if self.shards is not None:
+            writer = self.shards.writer(ref.uid)
+            fence = Fence(writer, pool.status_writer, partial(self.serving, ref))
         try:
-            pool.status_writer = await asyncio.to_thread(
-                self.cluster.patch_status, ref.namespace, ref.name, render.to_patch(status),
-                writer, pool.status_writer, partial(self.serving, ref),
-            )  # fmt: skip
+            stored = await asyncio.to_thread(
+                self.cluster.patch_status, ref.namespace, ref.name, render.to_patch(status), fence
+            )
+            pool.status_writer = stored or pool.status_writer
         except StaleWrite as stale:  # a newer holder of the shard wrote: its status stands
             pool.status_writer = stale.seen
             ref.logger.info("status not written: %s", stale)

@@ -14,6 +14,7 @@ object's resourceVersion, while this replica still serves the pool.
 """
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import kubernetes
@@ -31,6 +32,16 @@ class StaleWrite(Exception):
     def __init__(self, seen: Writer | None, why: str) -> None:
         super().__init__(why)
         self.seen = seen
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A status write's condition: written as `writer` over `expected` (None: a new pool's first
+    status) or over an older holder's write while `serving()` holds."""
+
+    writer: Writer
+    expected: Writer | None = None
+    serving: Callable[[], bool] = lambda: True
 
 
 def newer(seen: Writer | None, mine: Writer) -> bool:
@@ -52,17 +63,10 @@ def present(value: Any) -> Any:
     return value
 
 
-def write(
-    api: Any,
-    namespace: str,
-    name: str,
-    status: dict[str, Any],
-    writer: Writer,
-    expected: Writer | None,
-    serving: Callable[[], bool],
-) -> Writer:
-    """Write `status` as `writer` if the stored writer is `expected` (None: none stored); returns
+def write(api: Any, namespace: str, name: str, status: dict[str, Any], fence: Fence) -> Writer:
+    """Write `status` as the fence's writer if the stored writer is the one it expects; returns
     the writer stored now. Raises StaleWrite when a newer holder wrote."""
+    writer, expected = fence.writer, fence.expected
     whole = {"op": "add", "path": "/status", "value": present({**status, "writer": writer})}
     # expected None: a new pool, no status yet (a test of a missing member passes with null)
     path = "/status/writer" if expected is not None else "/status"
@@ -83,7 +87,7 @@ def write(
             assert seen is not None
             why = f"a newer holder of the shard wrote it: {seen.get('holder')}"
             raise StaleWrite(seen, f"{why} (token {seen.get('token')})")
-        if not serving():
+        if not fence.serving():
             raise StaleWrite(seen, "this replica no longer serves the pool")
         if condition["path"] == "/status/writer" and seen is not None and seen == expected:
             raise failure  # the test held: the write itself was refused (say, the schema)

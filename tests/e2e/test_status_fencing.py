@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from spotpool_operator.kube import KubeCluster
 from spotpool_operator.shards import ShardLeases
-from spotpool_operator.status_write import StaleWrite
+from spotpool_operator.status_write import Fence, StaleWrite
 
 from spotpool.localworld.kube import Kube
 from spotpool.localworld.operator import pool_manifest
@@ -61,7 +61,7 @@ def test_a_stalled_replicas_late_status_write_is_refused_after_a_takeover(
             return read(*args, **kwargs)
 
         a_cluster._custom.get_namespaced_custom_object = counted  # type: ignore[method-assign]
-        stored = a_cluster.patch_status(namespace, name, {"size": 1}, mine, None, serving_a)
+        stored = a_cluster.patch_status(namespace, name, {"size": 1}, Fence(mine, None, serving_a))
         assert stored == mine
         assert reads == []  # a new pool's first status: one request, no read
         assert _stored(kube, namespace, name)["writer"] == mine
@@ -74,7 +74,9 @@ def test_a_stalled_replicas_late_status_write_is_refused_after_a_takeover(
         def write_late() -> None:
             try:
                 late.append(
-                    a_cluster.patch_status(namespace, name, {"size": 111}, mine, mine, serving_a)
+                    a_cluster.patch_status(
+                        namespace, name, {"size": 111}, Fence(mine, mine, serving_a)
+                    )
                 )
             except Exception as error:
                 late.append(error)
@@ -88,9 +90,13 @@ def test_a_stalled_replicas_late_status_write_is_refused_after_a_takeover(
         # B's first write expects no writer (its memory of the pool predates A's): the test
         # fails, B reads A's older writer and writes conditional on the resourceVersion
         serving_b = lambda: b_replica.serves(uid)  # noqa: E731
-        stored = b_cluster.patch_status(namespace, name, {"size": 222}, theirs, None, serving_b)
+        stored = b_cluster.patch_status(
+            namespace, name, {"size": 222}, Fence(theirs, None, serving_b)
+        )
         assert stored == theirs
-        stored = b_cluster.patch_status(namespace, name, {"size": 2}, theirs, stored, serving_b)
+        stored = b_cluster.patch_status(
+            namespace, name, {"size": 2}, Fence(theirs, stored, serving_b)
+        )
         assert stored == theirs
 
         proxy.stalled.clear()  # A's late request reaches the server now
@@ -102,7 +108,7 @@ def test_a_stalled_replicas_late_status_write_is_refused_after_a_takeover(
 
         # and a replica that no longer serves the pool never writes over a stored writer
         with pytest.raises(StaleWrite):
-            a_cluster.patch_status(namespace, name, {"size": 3}, mine, None, lambda: False)
+            a_cluster.patch_status(namespace, name, {"size": 3}, Fence(mine, None, lambda: False))
         assert _stored(kube, namespace, name)["size"] == 2
     finally:
         proxy.stalled.clear()

@@ -13,6 +13,7 @@ from spotpool_operator.metrics import Metrics
 from spotpool_operator.pools import PoolRef
 from spotpool_operator.reconciler import Reconciler
 from spotpool_operator.settings import OperatorSettings
+from spotpool_operator.status_write import Fence
 from tencentcloud.common.exception.tencent_cloud_sdk_exception import TencentCloudSDKException
 
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
@@ -209,16 +210,10 @@ class FakeCluster:
             raise SecretNotFound(f"Secret {namespace}/{name} not found") from None
 
     def patch_status(
-        self,
-        namespace: str,
-        name: str,
-        status: dict[str, Any],
-        writer: dict[str, Any] | None = None,
-        expected: dict[str, Any] | None = None,
-        serving: Callable[[], bool] = lambda: True,
+        self, namespace: str, name: str, status: dict[str, Any], fence: Fence | None = None
     ) -> dict[str, Any] | None:
         self.statuses.setdefault(f"{namespace}/{name}", []).append(status)
-        return writer or expected
+        return fence.writer if fence else None
 
     def last(self, key: str) -> dict[str, Any]:
         return self.statuses[key][-1]
