@@ -60,6 +60,7 @@ OTHER_PROGRAMS = {
     "etcd",
     "make",
     "pytest",
+    "setpriv",
 }
 
 FENCE = re.compile(r"^\s*```")
