@@ -16,13 +16,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 import pytest
 import typer
 from spotpool_deploy.cli import app as deploy_app
 from typer.testing import CliRunner
 
+from scripts.cli_reference import Entry, walk
 from spotpool.cli import app as spotpool_app
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,9 +88,10 @@ def _flag(token: str) -> str | None:
 
 
 @cache
-def _click(root: str) -> Any:
-    """The command tree (typer's own click objects: a group has `.commands`)."""
-    return typer.main.get_command(ROOTS[root])
+def _tree(root: str) -> dict[tuple[str, ...], Entry]:
+    """Every command of a root by its words, found as the command line finds them (a group's
+    `list_commands` / `get_command`: sub-commands loaded only when run are found too)."""
+    return {entry.path: entry for entry in walk(ROOTS[root], root)}
 
 
 def _program(tokens: list[str], at: int) -> tuple[tuple[str, ...] | None, int]:
@@ -113,14 +114,11 @@ def _program(tokens: list[str], at: int) -> tuple[tuple[str, ...] | None, int]:
         return None, at + 1
     else:
         return None, at + 1
-    path, group = [root], _click(root)
-    while start < len(tokens) and hasattr(group, "commands"):
-        sub = group.commands.get(tokens[start])
-        if sub is None:
-            break
-        path.append(tokens[start])
-        group, start = sub, start + 1
-    return tuple(path), start
+    path: tuple[str, ...] = (root,)
+    tree = _tree(root)
+    while start < len(tokens) and (*path, tokens[start]) in tree:
+        path, start = (*path, tokens[start]), start + 1
+    return path, start
 
 
 def _command_line(text: str, doc: str, line: int) -> Iterator[Mention]:
@@ -226,17 +224,10 @@ def _flags_in(help_output: str) -> set[str]:
 
 @cache
 def spotpool_flags() -> frozenset[str]:
-    """Every flag of every spotpool command (for a flag named in prose)."""
+    """Every flag of every spotpool command and group (for a flag named in prose)."""
     found: set[str] = set()
-
-    def walk(path: tuple[str, ...], command: Any) -> None:
-        if hasattr(command, "commands"):
-            for name, sub in command.commands.items():
-                walk((*path, name), sub)
-        else:
-            found.update(_flags_in(help_text(path)))
-
-    walk(("spotpool",), _click("spotpool"))
+    for path in _tree("spotpool"):
+        found.update(_flags_in(help_text(path)))
     return frozenset(found)
 
 
