@@ -8,9 +8,10 @@ SPOTPOOL := $(VENV)/bin/spotpool
 # (`up --client`), so no language host. `make toolchain` installs every tool of the manifest.
 DEMO_TOOLS := pulumi pulumi-resource-tencentcloud etcd kube-apiserver kube-controller-manager kubectl
 # The tools the tests run: the demo's, the language host (pulumi typed by hand), the kubernetes
-# plugin (the deploy program), versitygw (s3:// backend), helm (the chart), prometheus (dashboard).
+# plugin (the deploy program), versitygw (s3:// backend), helm (the chart), prometheus (dashboard),
+# promtool (the chart's alerts).
 TEST_TOOLS := $(DEMO_TOOLS) pulumi-language-python pulumi-resource-kubernetes versitygw helm
-TEST_TOOLS += prometheus
+TEST_TOOLS += prometheus promtool
 # Source folders of the tools whose modules the Go module proxy refuses (the language host,
 # the kubernetes plugin): the last source tried. A fresh clone has shared/ beside it.
 HERE := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))

@@ -38,7 +38,7 @@ OTHER_TOOLS = {
     "--refresh": "pulumi up",
     "--create-namespace": "helm install",
     "--reuse-values": "helm upgrade",
-    "--set": "helm install",
+    "--include-crds": "helm template",
     "--strict": "helm lint",
     "--diff": "pulumi preview",
     "--expect-no-changes": "pulumi preview",

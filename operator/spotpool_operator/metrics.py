@@ -3,7 +3,8 @@
 Names follow the Prometheus conventions (`_total` counters, `_seconds`, base units); labels name
 a pool (namespace, pool) at most, never an instance, so the series count grows with pools, not
 with reclaims. Every metric here is queried by the Grafana dashboard
-(operator/deploy/spotpool_deploy/dashboard.json; tests/deploy/test_dashboard.py checks both agree).
+(operator/deploy/helm/spotpool/dashboards/spotpool.json; tests/deploy/test_dashboard.py checks
+both agree).
 """
 
 import contextlib

@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
-from pydantic import ValidationError
-from spotpool_deploy import monitoring
-from spotpool_deploy.config import InstallConfig
-from spotpool_deploy.objects import render
+from spotpool_deploy import chart
 from spotpool_operator.metrics import Metrics
 from spotpool_operator.shards import ShardMetrics
 
 from spotpool.api.status import Instance, Phase, SpotpoolStatus
 from spotpool.engine.ratelimit import Buckets
 from tests.deploy.dashboard_queries import exposed, panels, problems, queries
+from tests.deploy.rendered import objects, refusal
+
+DASHBOARD = chart.CHART / "dashboards" / "spotpool.json"
 
 PANEL_TYPES = {"row", "stat", "timeseries", "bargauge", "table", "gauge", "heatmap", "text"}
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -24,7 +24,8 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
 @pytest.fixture(scope="module")
 def dashboard() -> dict[str, Any]:
-    return monitoring.dashboard()
+    found: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return found
 
 
 def test_the_dashboard_is_a_grafana_dashboard_model(dashboard: dict[str, Any]) -> None:
@@ -120,44 +121,38 @@ def test_a_query_with_an_unknown_metric_or_label_is_caught() -> None:
 
 
 def test_the_install_ships_the_dashboard_for_the_grafana_sidecar() -> None:
-    (config_map,) = [o for o in render(InstallConfig()) if o["kind"] == "ConfigMap"]
+    (config_map,) = [o for o in objects() if o["kind"] == "ConfigMap"]
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert config_map["metadata"]["namespace"] == "spotpool-system"
-    assert json.loads(config_map["data"]["spotpool.json"]) == monitoring.dashboard()
-    assert not [o for o in render(InstallConfig()) if o["kind"] == "ServiceMonitor"]  # off
+    assert config_map["data"]["spotpool.json"] == DASHBOARD.read_text()  # the file, unchanged
+    assert not [o for o in objects() if o["kind"] == "ServiceMonitor"]  # off
 
-    elsewhere = InstallConfig.model_validate(
-        {"monitoring": {"dashboardNamespace": "monitoring", "dashboardFolder": "Spotpool"}}
-    )
-    (config_map,) = [o for o in render(elsewhere) if o["kind"] == "ConfigMap"]
+    elsewhere = {"monitoring": {"dashboardNamespace": "monitoring", "dashboardFolder": "Spotpool"}}
+    (config_map,) = [o for o in objects(elsewhere) if o["kind"] == "ConfigMap"]
     assert config_map["metadata"]["namespace"] == "monitoring"
     assert config_map["metadata"]["annotations"] == {"grafana_folder": "Spotpool"}
-    off = InstallConfig.model_validate({"monitoring": {"dashboard": False}})
-    assert not [o for o in render(off) if o["kind"] == "ConfigMap"]
+    off = {"monitoring": {"dashboard": False}}
+    assert not [o for o in objects(off) if o["kind"] == "ConfigMap"]
 
 
 def test_the_service_monitor_scrapes_the_metrics_service_keeping_the_pools_namespace() -> None:
-    config = InstallConfig.model_validate(
-        {"monitoring": {"serviceMonitor": True, "serviceMonitorLabels": {"release": "kps"}}}
-    )
-    objects = render(config)
-    (monitor,) = [o for o in objects if o["kind"] == "ServiceMonitor"]
-    (service,) = [o for o in objects if o["kind"] == "Service"]
+    monitor_on = {"serviceMonitor": True, "serviceMonitorLabels": {"release": "kps"}}
+    found = objects({"monitoring": monitor_on})
+    (monitor,) = [o for o in found if o["kind"] == "ServiceMonitor"]
+    (service,) = [o for o in found if o["kind"] == "Service"]
     assert monitor["metadata"]["labels"]["release"] == "kps"
     selector = monitor["spec"]["selector"]["matchLabels"]
     assert selector.items() <= service["metadata"]["labels"].items()
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] == service["spec"]["ports"][0]["name"]
     assert endpoint["honorLabels"] is True  # the pool's `namespace`, not the operator's
+    assert endpoint["interval"] == "30s"
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["spotpool-system"]}
 
 
-def test_bad_monitoring_settings_say_what_to_fix() -> None:
-    with pytest.raises(ValidationError, match="scrapeInterval"):
-        InstallConfig.model_validate({"monitoring": {"scrapeInterval": "0s"}})
-    with pytest.raises(ValidationError, match="not a Kubernetes name"):
-        InstallConfig.model_validate({"monitoring": {"dashboardNamespace": "Monitoring"}})
-    with pytest.raises(ValidationError, match=r"serviceMonitor needs metrics\.service"):
-        InstallConfig.model_validate(
-            {"monitoring": {"serviceMonitor": True}, "metrics": {"service": False}}
-        )
+def test_bad_monitoring_values_say_what_to_fix() -> None:
+    assert "scrapeInterval" in refusal({"monitoring": {"scrapeInterval": "0"}})
+    assert "dashboardNamespace" in refusal({"monitoring": {"dashboardNamespace": "Monitoring"}})
+    assert "/metrics/service" in refusal(
+        {"monitoring": {"serviceMonitor": True}, "metrics": {"service": False}}
+    )

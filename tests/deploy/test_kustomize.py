@@ -1,42 +1,45 @@
-"""The committed kustomization is what the install source gives, and `render` keeps it so."""
+"""The committed kustomization is the chart rendered with its defaults, and `spotpool deploy
+render` keeps it so (the real helm)."""
 
 from pathlib import Path
 
 import yaml
-from spotpool_deploy import kustomize
+from spotpool_deploy import chart, kustomize
 from spotpool_deploy.cli import app
-from spotpool_deploy.config import InstallConfig
-from spotpool_deploy.objects import render
 from typer.testing import CliRunner
 
-COMMITTED = Path(__file__).resolve().parents[2] / "operator" / "deploy" / "kustomize"
+from spotpool.api import crd
+
+COMMITTED = chart.CHART.parents[1] / "kustomize"
 
 
-def test_the_committed_yaml_has_not_drifted_from_the_source() -> None:
-    assert kustomize.drift(InstallConfig(), COMMITTED) == [], (
-        "operator/deploy/kustomize is stale: cd operator/deploy && python -m spotpool_deploy render"
+def test_the_committed_kustomization_is_the_chart_with_its_defaults() -> None:
+    assert kustomize.drift(kustomize.files(), COMMITTED) == [], (
+        "operator/deploy/kustomize is stale: spotpool deploy render"
     )
 
 
-def test_the_kustomization_lists_every_object_once_in_apply_order(tmp_path: Path) -> None:
-    config = InstallConfig(watch_namespaces=["team-a"], backend_url="s3://state")
-    kustomize.write(config, tmp_path)
-    listed = yaml.safe_load((tmp_path / kustomize.KUSTOMIZATION).read_text())["resources"]
-    loaded = [yaml.safe_load((tmp_path / name).read_text()) for name in listed]
-    assert loaded == render(config)
-    assert "&id" not in "".join(p.read_text() for p in tmp_path.iterdir())  # no YAML anchors
+def test_the_kustomization_is_helm_template_with_the_crd_and_the_namespace() -> None:
+    listed = yaml.safe_load((COMMITTED / kustomize.KUSTOMIZATION).read_text())["resources"]
+    loaded = [yaml.safe_load((COMMITTED / name).read_text()) for name in listed]
+    helm = chart.objects(chart.template({}, "spotpool-system"))
+    kinds = [obj["kind"] for obj in loaded]
+    assert kinds[0] == "CustomResourceDefinition" and "Namespace" in kinds
+    assert loaded[0] == yaml.safe_load(crd.render_yaml())  # the chart's crds/
+    (namespace,) = [obj for obj in loaded if obj["kind"] == "Namespace"]
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert [o for o in loaded if o["kind"] not in ("CustomResourceDefinition", "Namespace")] == helm
+    assert "&id" not in "".join(p.read_text() for p in COMMITTED.iterdir())  # no YAML anchors
 
 
 def test_render_writes_checks_and_removes_what_the_install_no_longer_has(tmp_path: Path) -> None:
     runner = CliRunner()
     out = ["--out", str(tmp_path)]
-    result = runner.invoke(app, ["render", *out, "--watch-namespace", "team-a"])
+    result = runner.invoke(app, ["render", *out, "--set", "watchNamespaces=[team-a]"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "role-team-a-spotpool-operator.yaml").exists()
-    assert (
-        runner.invoke(app, ["render", *out, "--check", "--watch-namespace", "team-a"]).exit_code
-        == 0
-    )
+    again = runner.invoke(app, ["render", *out, "--check", "--set", "watchNamespaces=[team-a]"])
+    assert again.exit_code == 0, again.output
 
     drifted = runner.invoke(app, ["render", *out, "--check"])
     assert drifted.exit_code == 1
@@ -44,21 +47,35 @@ def test_render_writes_checks_and_removes_what_the_install_no_longer_has(tmp_pat
 
     assert runner.invoke(app, ["render", *out]).exit_code == 0
     assert not (tmp_path / "role-team-a-spotpool-operator.yaml").exists()
-    assert kustomize.drift(InstallConfig(), tmp_path) == []
+    assert kustomize.drift(kustomize.files(), tmp_path) == []
 
 
-def test_settings_come_from_a_file_and_flags_override_it(tmp_path: Path) -> None:
-    settings = tmp_path / "install.yaml"
-    settings.write_text("image: a/b:1\nmaxConcurrent: 7\nwatchNamespaces: [x]\n")
+def test_values_come_from_files_then_set_and_bad_ones_are_named(tmp_path: Path) -> None:
+    settings = tmp_path / "values.yaml"
+    settings.write_text(
+        "image: {repository: a/b, tag: '1'}\nmaxConcurrent: 7\nwatchNamespaces: [x]\n"
+    )
     result = CliRunner().invoke(
         app,
-        ["render", "--out", str(tmp_path / "k"), "--config", str(settings), "--image", "c/d:2",
-         "--full-refresh-every", "12"],
+        ["render", "--out", str(tmp_path / "k"), "--values", str(settings),
+         "--set", "image.tag=2", "--set", "fullRefreshEvery=12", "--namespace", "ops"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    deployment = (tmp_path / "k" / "deployment-spotpool-system-spotpool-operator.yaml").read_text()
-    assert "image: c/d:2" in deployment and "value: '7'" in deployment
+    deployment = (tmp_path / "k" / "deployment-ops-spotpool-operator.yaml").read_text()
+    assert "image: a/b:2" in deployment and "value: '7'" in deployment
     assert "- name: SPOTPOOL_FULL_REFRESH_EVERY\n          value: '12'" in deployment
     assert (tmp_path / "k" / "role-x-spotpool-operator.yaml").exists()
-    bad = CliRunner().invoke(app, ["render", "--out", str(tmp_path), "--namespace", "Bad_Name"])
-    assert bad.exit_code == 2 and "not a Kubernetes name" in bad.output
+    bad = CliRunner().invoke(app, ["render", "--out", str(tmp_path), "--set", "replicas=0"])
+    assert bad.exit_code == 2 and "replicas" in bad.output
+    bad = CliRunner().invoke(app, ["render", "--out", str(tmp_path), "--set", "replicas"])
+    assert bad.exit_code == 2 and "PATH=VALUE" in bad.output
+
+
+def test_values_merge_as_helm_merges_them() -> None:
+    merged = chart.values_from(
+        assignments=["resources.limits.memory=4Gi", "resources.requests=null", "replicas=3"]
+    )
+    assert merged == {"resources": {"limits": {"memory": "4Gi"}, "requests": None}, "replicas": 3}
+    assert chart.merge_values({"a": {"b": 1, "c": 2}}, {"a": {"c": None}}) == {
+        "a": {"b": 1, "c": None}
+    }

@@ -22,7 +22,7 @@ KUSTOMIZE = DEPLOY / "kustomize"
 
 
 def render(out: Path, *flags: str) -> Path:
-    """`python -m spotpool_deploy render` as a user runs it, into `out`."""
+    """`python -m spotpool_deploy render` (the chart for kubectl) as a user runs it, into `out`."""
     subprocess.run(
         [sys.executable, "-m", "spotpool_deploy", "render", "--out", str(out), *flags],
         cwd=DEPLOY,

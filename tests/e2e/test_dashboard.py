@@ -10,15 +10,14 @@ from pathlib import Path
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from spotpool_deploy import monitoring
-from spotpool_deploy.config import InstallConfig
-from spotpool_deploy.objects import render
 
 from spotpool.localworld.kube import Kube
 from spotpool.localworld.prometheus import PrometheusProcess
 from spotpool.localworld.prometheus import start as start_prometheus
 from tests.conftest import require_tool
 from tests.deploy.dashboard_queries import concrete, exposed, problems, queries
+from tests.deploy.rendered import objects
+from tests.deploy.test_dashboard import DASHBOARD
 from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, pool_manifest
 
@@ -67,7 +66,7 @@ def test_the_dashboard_queries_only_what_the_running_operator_exports(
     world.wait_until(lambda: world.status(ns, "keyless").get("phase") == "Degraded", "Degraded")
 
     text = world.metrics()
-    assert problems(monitoring.dashboard(), exposed(text)) == []
+    assert problems(json.loads(DASHBOARD.read_text()), exposed(text)) == []
     reclaimed = {"namespace": ns, "pool": "watched", "zone": "ap-singapore-2",
                  "instance_type": "GN7.2XLARGE32"}  # fmt: skip
     assert _value(text, "spotpool_reclaims_total", **reclaimed) == 1
@@ -111,7 +110,7 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(
 
     def every_query_answers() -> bool:
         empty.clear()
-        for query in queries(monitoring.dashboard()):
+        for query in queries(json.loads(DASHBOARD.read_text())):
             expr = concrete(_with_variables(query.expr, variables))
             if not prometheus.query(expr):
                 empty.append(f"{query.where}: {expr}")
@@ -154,10 +153,8 @@ def test_the_install_service_monitor_is_accepted_by_the_prometheus_operator_crd(
     crd = require_tool("prometheus").parent / "monitoring.coreos.com_servicemonitors.yaml"
     kube.ok("apply", "--server-side", "-f", str(crd))
     kube.ok("wait", "--for=condition=Established", "crd/servicemonitors.monitoring.coreos.com")
-    config = InstallConfig.model_validate(
-        {"monitoring": {"serviceMonitor": True, "serviceMonitorLabels": {"release": "kps"}}}
-    )
-    (monitor,) = [o for o in render(config) if o["kind"] == "ServiceMonitor"]
+    values = {"monitoring": {"serviceMonitor": True, "serviceMonitorLabels": {"release": "kps"}}}
+    (monitor,) = [o for o in objects(values) if o["kind"] == "ServiceMonitor"]
     namespace = monitor["metadata"]["namespace"]
     kube.run("create", "namespace", namespace)  # may exist from another test
     manifest = tmp_path / "servicemonitor.yaml"
@@ -167,6 +164,27 @@ def test_the_install_service_monitor_is_accepted_by_the_prometheus_operator_crd(
                                 monitor["metadata"]["name"], "-o", "json"))  # fmt: skip
     assert _within(monitor["spec"], stored["spec"])  # kept as written (defaults may be added)
     kube.ok("-n", namespace, "delete", "servicemonitor", monitor["metadata"]["name"])
+
+
+def test_the_charts_prometheus_rule_is_accepted_by_the_prometheus_operator_crd(
+    kube: Kube, tmp_path: Path
+) -> None:
+    """The Prometheus Operator's PrometheusRule CRD (from its module, beside promtool) and the
+    chart's rule, rendered with every alert on, applied with strict field validation."""
+    crd = require_tool("promtool").parent / "monitoring.coreos.com_prometheusrules.yaml"
+    kube.ok("apply", "--server-side", "-f", str(crd))
+    kube.ok("wait", "--for=condition=Established", "crd/prometheusrules.monitoring.coreos.com")
+    values = {"prometheusRule": {"enabled": True, "alertLabels": {"team": "platform"}}}
+    (rule,) = [o for o in objects(values) if o["kind"] == "PrometheusRule"]
+    namespace = rule["metadata"]["namespace"]
+    kube.run("create", "namespace", namespace)  # may exist from another test
+    manifest = tmp_path / "prometheusrule.yaml"
+    manifest.write_text(yaml.safe_dump(rule))
+    kube.ok("apply", "--validate=strict", "-f", str(manifest))
+    stored = json.loads(kube.ok("-n", namespace, "get", "prometheusrule",
+                                rule["metadata"]["name"], "-o", "json"))  # fmt: skip
+    assert _within(rule["spec"], stored["spec"])
+    kube.ok("-n", namespace, "delete", "prometheusrule", rule["metadata"]["name"])
 
 
 def _within(wanted: object, stored: object) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from spotpool_deploy.objects import identity
+from spotpool_deploy.chart import identity
 
 from spotpool.localworld.kube import Kube
 from tests.conftest import require_tool
@@ -204,6 +204,31 @@ def test_helm_installs_upgrades_and_uninstalls_with_least_privilege(cluster: Kub
     assert cluster.run("get", "crd", CRD).returncode == 0
     assert cluster.run("get", "namespace", "team-a").returncode == 0
     assert helm(cluster, "list", *release, "-q").strip() == ""
+
+
+def test_a_platform_that_assigns_its_own_uid_installs_with_the_uid_dropped(
+    cluster: Kube, tmp_path: Path
+) -> None:
+    """OpenShift's restricted SCC gives the pod its own uid and group: the values override that
+    drops them installs, and the pod still passes the `restricted` Pod Security Standard."""
+    _restricted_namespace(cluster, "assigned-uid")
+    release = ["--namespace", "assigned-uid"]
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        "podSecurityContext: {runAsUser: null, runAsGroup: null, fsGroup: null}\n"
+        "fullnameOverride: ops\n"
+    )
+    helm(cluster, "install", RELEASE, str(CHART), *release, "--values", str(values))
+    installed = _docs(helm(cluster, "get", "manifest", RELEASE, *release))
+    installs.assert_installed(cluster, installed)
+    (deployment,) = [o for o in installed if o["kind"] == "Deployment"]
+    assert deployment["metadata"]["name"] == "ops"
+    context = deployment["spec"]["template"]["spec"]["securityContext"]
+    assert not {"runAsUser", "runAsGroup", "fsGroup"} & set(context)
+    assert context["runAsNonRoot"] is True
+    pod_is_admitted(cluster, deployment)
+    helm(cluster, "uninstall", RELEASE, *release, "--wait", "--timeout", "2m")
+    installs.wait_gone(cluster, installed)
 
 
 def test_the_operator_runs_on_nothing_but_the_charts_service_account(

@@ -1,5 +1,4 @@
-"""The Spotpool operator's install: one source for the Pulumi program and the kustomize YAML.
-
-`objects.render(config)` returns every Kubernetes object of an install as a plain dict;
-`program` declares them with pulumi-kubernetes and `kustomize` writes them for `kubectl -k`.
+"""The Spotpool operator's install. Its one source is the Helm chart
+(operator/deploy/helm/spotpool): `kustomize` renders it for `kubectl apply -k`, `program`
+installs it with pulumi-kubernetes' `helm.v4.Chart`.
 """

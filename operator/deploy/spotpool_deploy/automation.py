@@ -10,17 +10,15 @@ from pathlib import Path
 from pulumi import automation as auto
 
 from spotpool.toolchain.paths import bin_dir
-from spotpool_deploy.config import InstallConfig
-from spotpool_deploy.program import PROJECT, declare
+from spotpool_deploy.program import PROJECT, Install, declare
 
 
 def install_stack(
     stack_name: str,
-    config: InstallConfig,
+    install: Install,
     state_url: str,
     work_dir: Path,
     kubeconfig: Path | None = None,
-    skip_await: bool = False,
 ) -> auto.Stack:
     """The install's stack (created on first use) in the `state_url` backend."""
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -44,7 +42,7 @@ def install_stack(
     )
 
     def program() -> None:
-        declare(config, skip_await=skip_await)
+        declare(install)
 
     return auto.create_or_select_stack(
         stack_name, project_name=PROJECT, program=program, opts=options

@@ -1,99 +1,63 @@
-"""`python -m spotpool_deploy render | up | preview | destroy`."""
+"""`spotpool deploy render | run`: the chart for kubectl, and the chart through Pulumi.
+
+Both take the chart's values the way helm does: `--values FILE` (repeat) and `--set PATH=VALUE`
+(repeat; VALUE is YAML: `--set replicas=3`, `--set 'watchNamespaces=[team-a, team-b]'`).
+"""
 
 import tempfile
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import typer
-import yaml
-from pydantic import ValidationError
 
 from spotpool.engine.settings import state_root
-from spotpool_deploy import helm, kustomize
-from spotpool_deploy.config import InstallConfig
+from spotpool_deploy import chart, kustomize
 
 HERE = Path(__file__).resolve().parents[1]
+KUSTOMIZE = HERE / "kustomize"
 app = typer.Typer(help="Install the Spotpool operator.", no_args_is_help=True, add_completion=False)
 
-
-def load(
-    config_file: Path | None,
-    image: str | None = None,
-    namespace: str | None = None,
-    watch: list[str] | None = None,
-    backend: str | None = None,
-    full_refresh_every: int | None = None,
-) -> InstallConfig:
-    """Settings from a YAML file (camelCase keys, as in Pulumi config), then the flags."""
-    values = (yaml.safe_load(config_file.read_text()) or {}) if config_file else {}
-    flags = {
-        "image": image,
-        "namespace": namespace,
-        "backendUrl": backend,
-        "fullRefreshEvery": full_refresh_every,
-    }
-    values.update({key: value for key, value in flags.items() if value is not None})
-    if watch:
-        values["watchNamespaces"] = watch
-    try:
-        return InstallConfig.model_validate(values)
-    except ValidationError as error:
-        raise typer.BadParameter(str(error)) from None
-
-
-CONFIG = typer.Option(None, "--config", help="YAML file of install settings (camelCase keys).")
-IMAGE = typer.Option(None, "--image", help="Operator image.")
-NAMESPACE = typer.Option(None, "--namespace", help="Namespace the operator runs in.")
-WATCH = typer.Option([], "--watch-namespace", help="Serve only this namespace (repeat).")
-BACKEND = typer.Option(None, "--backend-url", help="Pulumi state backend of the pools.")
-FULL_REFRESH = typer.Option(
-    None,
-    "--full-refresh-every",
-    min=0,
-    help="The operator's --full-refresh-every: a full Pulumi refresh every N-th refresh of a "
-    "pool (0: never; default 60).",
+VALUES = typer.Option([], "--values", "-f", help="A values file of the chart (repeat).")
+SET = typer.Option(
+    [], "--set", help="PATH=VALUE, VALUE read as YAML: replicas=3, 'watchNamespaces=[a, b]'."
 )
+NAMESPACE = typer.Option(chart.NAMESPACE, "--namespace", "-n", help="Where the operator runs.")
 
 
-KUSTOMIZE = HERE / "kustomize"
-CHART = HERE / "helm" / helm.CHART_NAME
+def _values(files: list[Path], assignments: list[str]) -> dict[str, Any]:
+    try:
+        return chart.values_from(files, assignments)
+    except chart.ChartError as error:
+        raise typer.BadParameter(str(error)) from None
 
 
 @app.command()
 def render(
     out: Path = typer.Option(KUSTOMIZE, help="Directory of the kustomization."),
-    chart: Path | None = typer.Option(
-        None,
-        help="Directory of the Helm chart (its settings are values, so flags do not change it). "
-        "Default: operator/deploy/helm/spotpool when OUT is the default.",
-    ),
-    check: bool = typer.Option(False, help="Only check that OUT holds what the settings give."),
-    config_file: Path | None = CONFIG,
-    image: str | None = IMAGE,
-    namespace: str | None = NAMESPACE,
-    watch: list[str] = WATCH,
-    backend: str | None = BACKEND,
-    full_refresh_every: int | None = FULL_REFRESH,
+    check: bool = typer.Option(False, help="Only check that OUT holds what the values give."),
+    values: list[Path] = VALUES,
+    assignments: list[str] = SET,
+    namespace: str = NAMESPACE,
 ) -> None:
-    """Write the install as YAML for `kubectl apply -k OUT` and as a Helm chart (or check that
-    neither has drifted)."""
-    config = load(config_file, image, namespace, watch, backend, full_refresh_every)
-    if chart is None and out == KUSTOMIZE:
-        chart = CHART
+    """Render the chart for `kubectl apply -k OUT`: `helm template` (with the CRD and the
+    namespace) split into one file per object. OUT is the kustomization's own directory: every
+    other *.yaml in it is deleted. No options: the committed operator/deploy/kustomize."""
+    try:
+        wanted = kustomize.files(_values(values, assignments), namespace)
+    except chart.ChartError as error:
+        typer.echo(str(error), err=True)
+        raise typer.Exit(2) from None
     if check:
-        problems = [f"{out}: {problem}" for problem in kustomize.drift(config, out)]
-        if chart is not None:
-            problems += [f"{chart}: {problem}" for problem in helm.drift(chart)]
+        problems = kustomize.drift(wanted, out)
         for problem in problems:
-            typer.echo(problem, err=True)
+            typer.echo(f"{out}: {problem}", err=True)
         if problems:
-            typer.echo("regenerate: python -m spotpool_deploy render", err=True)
+            typer.echo("re-render: spotpool deploy render", err=True)
             raise typer.Exit(1)
         return
-    written = kustomize.write(config, out)
+    written = kustomize.write(wanted, out)
     typer.echo(f"wrote {len(written)} files to {out}")
-    if chart is not None:
-        typer.echo(f"wrote the chart ({len(helm.write(chart))} files) to {chart}")
 
 
 class Operation(StrEnum):
@@ -113,19 +77,18 @@ def run(
     state: str = typer.Option(_default_state(), help="Backend of the install's own stack."),
     kubeconfig: Path | None = typer.Option(None, envvar="KUBECONFIG", help="Cluster to use."),
     skip_await: bool = typer.Option(False, help="Do not wait for pods (no kubelet)."),
-    config_file: Path | None = CONFIG,
-    image: str | None = IMAGE,
-    namespace: str | None = NAMESPACE,
-    watch: list[str] = WATCH,
-    backend: str | None = BACKEND,
-    full_refresh_every: int | None = FULL_REFRESH,
+    values: list[Path] = VALUES,
+    assignments: list[str] = SET,
+    namespace: str = NAMESPACE,
 ) -> None:
-    """Run the Pulumi program inline (no language host needed) with the pinned Pulumi CLI."""
+    """Install the chart with the Pulumi program, inline (no language host needed), with the
+    pinned Pulumi CLI and kubernetes plugin."""
     from spotpool_deploy.automation import install_stack
+    from spotpool_deploy.program import Install
 
-    config = load(config_file, image, namespace, watch, backend, full_refresh_every)
+    install = Install(_values(values, assignments), namespace, skip_await=skip_await)
     with tempfile.TemporaryDirectory(prefix="spotpool-deploy-") as work_dir:
-        pulumi_stack = install_stack(stack, config, state, Path(work_dir), kubeconfig, skip_await)
+        pulumi_stack = install_stack(stack, install, state, Path(work_dir), kubeconfig)
         if operation is Operation.up:
             pulumi_stack.up(on_output=typer.echo)
         elif operation is Operation.preview:

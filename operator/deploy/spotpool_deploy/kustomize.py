@@ -1,18 +1,23 @@
-"""The install as plain YAML for `kubectl apply -k`: one file per object and a kustomization."""
+"""The chart rendered for `kubectl apply -k`: `helm template` split into one file per object
+and a kustomization.yaml. The committed operator/deploy/kustomize is the chart's defaults, in
+the namespace spotpool-system, with the CRD and the namespace (which Helm does not template)."""
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from spotpool_deploy.config import InstallConfig
-from spotpool_deploy.objects import Object, render
+from spotpool_deploy import chart
 
 KUSTOMIZATION = "kustomization.yaml"
 HEADER = (
-    "# Generated from operator/deploy/spotpool_deploy: do not edit.\n"
-    "# Regenerate: cd operator/deploy && python -m spotpool_deploy render --out kustomize\n"
+    "# Rendered from the Helm chart operator/deploy/helm/spotpool: do not edit.\n"
+    "# Re-render: spotpool deploy render\n"
 )
+# What a kubectl install needs that a Helm release does not template.
+WITHOUT_HELM = {"createNamespace": True}
 
 
 class _Dumper(yaml.SafeDumper):
@@ -35,16 +40,26 @@ def dump(obj: object) -> str:
     return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True)
 
 
-def file_name(obj: Object) -> str:
+def file_name(obj: chart.Object) -> str:
     meta = obj["metadata"]
     parts = [obj["kind"].lower(), meta.get("namespace"), meta["name"]]
     return "-".join(re.sub(r"[^a-z0-9.-]", "-", p) for p in parts if p) + ".yaml"
 
 
-def files(config: InstallConfig) -> dict[str, str]:
+def render(
+    values: Mapping[str, Any] | None = None, namespace: str = chart.NAMESPACE
+) -> list[chart.Object]:
+    """The objects of a kubectl install: the chart with `values`, its CRD and namespace."""
+    merged = chart.merge_values(WITHOUT_HELM, values or {})
+    return chart.objects(chart.template(merged, namespace, include_crds=True))
+
+
+def files(
+    values: Mapping[str, Any] | None = None, namespace: str = chart.NAMESPACE
+) -> dict[str, str]:
     """File name -> text, kustomization.yaml included."""
     out: dict[str, str] = {}
-    for obj in render(config):
+    for obj in render(values, namespace):
         name = file_name(obj)
         if name in out:
             raise ValueError(f"two objects would be written to {name}")
@@ -58,9 +73,8 @@ def files(config: InstallConfig) -> dict[str, str]:
     return out
 
 
-def write(config: InstallConfig, directory: Path) -> list[Path]:
-    """Write the install into `directory`, removing YAML files it no longer has."""
-    wanted = files(config)
+def write(wanted: dict[str, str], directory: Path) -> list[Path]:
+    """Write the files into `directory`, removing YAML files they no longer have."""
     directory.mkdir(parents=True, exist_ok=True)
     for stale in directory.glob("*.yaml"):
         if stale.name not in wanted:
@@ -73,22 +87,14 @@ def write(config: InstallConfig, directory: Path) -> list[Path]:
     return written
 
 
-def drift(config: InstallConfig, directory: Path) -> list[str]:
-    """What differs between `directory` and the install: files missing, changed or extra."""
+def drift(wanted: dict[str, str], directory: Path) -> list[str]:
+    """What differs between `directory` and `wanted`: files missing, changed or extra."""
     present = {path.name for path in directory.glob("*.yaml")} if directory.is_dir() else set()
-    return files_drift(files(config), present, directory, "the install")
-
-
-def files_drift(
-    wanted: dict[str, str], present: set[str], directory: Path, whole: str
-) -> list[str]:
-    """`wanted` (name -> text) against the `present` files of `directory`: what is missing,
-    changed, or not part of `whole`."""
     problems = [f"{name} is missing" for name in wanted if name not in present]
     problems += [
         f"{name} differs"
         for name in wanted
         if name in present and (directory / name).read_text() != wanted[name]
     ]
-    problems += [f"{name} is not part of {whole}" for name in sorted(present - set(wanted))]
+    problems += [f"{name} is not part of the install" for name in sorted(present - set(wanted))]
     return problems

@@ -361,4 +361,39 @@ TOOLS.append(
     )
 )
 
+# promtool from the same module and tags as the prometheus above: `promtool test rules`
+# evaluates the chart's alerts (tests/deploy/test_alerts.py) with Prometheus' own rule engine.
+TOOLS.append(
+    Tool(
+        name="promtool",
+        version=PROMETHEUS_VERSION,
+        binary="promtool",
+        version_args=["--version"],
+        download_url=(
+            f"https://github.com/prometheus/prometheus/releases/download/v{PROMETHEUS_VERSION}/"
+            f"prometheus-{PROMETHEUS_VERSION}.linux-amd64.tar.gz"
+        ),
+        download_member=f"prometheus-{PROMETHEUS_VERSION}.linux-amd64/promtool",
+        build=GoBuild(
+            module="github.com/prometheus/prometheus",
+            version=PROMETHEUS_MODULE_VERSION,
+            package="github.com/prometheus/prometheus/cmd/promtool",
+            tags=["remove_all_sd"],
+            ldflags=[
+                "-s",
+                "-w",
+                _x("github.com/prometheus/common/version.Version", PROMETHEUS_VERSION),
+            ],
+        ),
+        # The Prometheus Operator's PrometheusRule CRD checks the chart's rule on a cluster.
+        extra_files={
+            "monitoring.coreos.com_prometheusrules.yaml": (
+                "github.com/prometheus-operator/prometheus-operator",
+                PROMETHEUS_OPERATOR_VERSION,
+                "example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml",
+            )
+        },
+    )
+)
+
 TOOLS_BY_NAME = {tool.name: tool for tool in TOOLS}
