@@ -9,12 +9,14 @@ does not hold the Lease it runs no operation; the moment it stops holding it, `o
 called to cancel what is running.
 
 No two nodes' clocks are ever compared (as client-go's leader election): another holder's
-Lease expires when this process has seen it unchanged for its duration, timed on this
-process's monotonic clock from the moment it saw the last change; this process holds its own
-Lease for two thirds of the duration after it *sent* its last successful renewal — the renewal
-reached the API server after that, and anyone else saw it later still, so its runs are dead
-a third of the duration before anyone may take over. The times written into the Lease
-(`renewTime`, `acquireTime`) are for people (`spotpool shards`); nothing decides on them.
+Lease expires when this process has seen it unchanged for its duration; this process holds
+its own Lease for two thirds of the duration after it *sent* its last successful renewal —
+the renewal reached the API server after that, and anyone else saw it later still, so its
+runs are dead a third of the duration before anyone may take over. Both are timed on this
+process's `lease_clock` (CLOCK_BOOTTIME), which counts while a VM is paused or suspended: a
+replica that wakes from a pause longer than its margin no longer holds. The times written
+into the Lease (`renewTime`, `acquireTime`) are for people (`spotpool shards`); nothing
+decides on them.
 """
 
 import asyncio
@@ -40,6 +42,17 @@ KEEP_HOLDERS = 32
 LEASE_THREAD = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="lease")
 # A node's clock set wrong, for the tests that show nothing decides on wall clocks (seconds).
 CLOCK_OFFSET_ENV = "SPOTPOOL_CLOCK_OFFSET"
+# CLOCK_MONOTONIC stands still while a VM is paused or suspended: a holder timed on it would
+# wake up believing it still holds a Lease another replica took meanwhile. BOOTTIME counts.
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
+
+
+def lease_clock() -> float:
+    """Seconds on a clock that never goes back and keeps counting while the machine (or VM)
+    is suspended or paused: CLOCK_BOOTTIME on Linux, the monotonic clock elsewhere."""
+    if _BOOTTIME is None:
+        return time.monotonic()
+    return time.clock_gettime(_BOOTTIME)
 
 
 def wall_clock() -> datetime:
@@ -94,7 +107,7 @@ class OperatorLease:
         duration: float = 30.0,
         hostname: str | None = None,
         clock: Callable[[], datetime] = wall_clock,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = lease_clock,
     ) -> None:
         self.api = api  # a kubernetes.client.CoordinationV1Api
         self.namespace, self.name = namespace, name

@@ -44,6 +44,7 @@ from spotpool_operator.lease import (
     Observed,
     OperatorLease,
     hostname_of,
+    lease_clock,
     recorded_holders,
     request_timeout,
     wall_clock,
@@ -110,7 +111,7 @@ class ShardLeases(ShardWork):
         hostname: str | None = None,
         clock: Callable[[], datetime] = wall_clock,
         registry: CollectorRegistry | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = lease_clock,
     ) -> None:
         self.api = api  # a kubernetes.client.CoordinationV1Api
         self.namespace, self.base, self.count = namespace, base, shards
