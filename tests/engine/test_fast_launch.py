@@ -155,10 +155,12 @@ def test_fast_path_sends_the_providers_request_and_up_adopts_it_with_no_change(
     # The intent beside the stack's files, before any up: no secret in it.
     files = open_backend(world.settings.backend_url)
     assert files is not None
-    raw = files.read(launch_intents.intent_key(stack.name)).decode()
+    (key,) = files.keys(launch_intents.intent_key(stack.name))  # one object per slot launch
+    raw = files.read(key).decode()
     intent = json.loads(raw)
-    assert intent["slots"]["1"]["instance_id"] == fast_id
-    assert intent["slots"]["1"]["client_token"] == ours["ClientToken"]
+    assert intent["slot"] == 1 and intent["pool_uid"] == stack.pool.uid
+    assert intent["instance_id"] == fast_id
+    assert intent["client_token"] == ours["ClientToken"]
     assert PASSWORD not in raw and key not in raw and agent["SPOTPOOL_NOTICE_TOKEN"] not in raw
 
     served = len(_run_requests(world))
@@ -332,8 +334,9 @@ def test_the_intent_lives_in_an_s3_backend_beside_the_stack(s3_world: EngineWorl
     (fast_id,) = fast_launch.launch_replacements(stack, config, [0], PASSWORD).instances.values()
     files = open_backend(world.settings.backend_url)
     assert files is not None
+    launched = launch_intents.read_intent(stack).slots[0]
     assert files.keys(launch_intents.intent_key(stack.name)) == [
-        launch_intents.intent_key(stack.name)
+        launch_intents.slot_key(stack.name, 0, launched)
     ]
     forget_stack(stack.name)
     launch_intents.PENDING.clear()

@@ -7,6 +7,7 @@ itself takes (gocloud's s3blob); credentials come from AWS_ACCESS_KEY_ID/AWS_SEC
 as for Pulumi. Tencent COS speaks the same API (endpoint `https://cos.<region>.myqcloud.com`).
 """
 
+import glob
 import gzip
 import hashlib
 import io
@@ -47,6 +48,9 @@ class FileBackend:
 
     def keys(self, prefix: str) -> list[str]:
         base = self.root / prefix
+        if not prefix.endswith("/") and not base.is_dir():  # a name prefix, as S3 lists them
+            found = [p for p in base.parent.glob(f"{glob.escape(base.name)}*") if p.is_file()]
+            return sorted(str(p.relative_to(self.root)) for p in found)
         if not base.exists():
             return []
         return sorted(str(p.relative_to(self.root)) for p in base.rglob("*") if p.is_file())

@@ -41,9 +41,15 @@ def cvm(credentials: Credentials, region: str, endpoint: str | None) -> cvm_clie
         return client
 
 
-def limited(client: cvm_client.CvmClient, action: str, request: Any) -> Any:
-    """`client.<action>(request)` after taking a token from its bucket."""
-    BUCKETS.bucket(client.credential.secretId, client.region, action).take()
+def limited(
+    client: cvm_client.CvmClient,
+    action: str,
+    request: Any,
+    check: Callable[[], None] | None = None,
+) -> Any:
+    """`client.<action>(request)` after taking a token from its bucket; `check` (a writer's
+    fence) is passed during the wait and right before the request is sent."""
+    BUCKETS.bucket(client.credential.secretId, client.region, action).take(check)
     outcome = "error"
     try:
         reply = getattr(client, action)(request)

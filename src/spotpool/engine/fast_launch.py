@@ -24,7 +24,7 @@ import hashlib
 import json
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,12 +40,14 @@ from spotpool.engine import cloud, cloud_errors, launch_intents, recovery
 from spotpool.engine.errors import EngineError
 from spotpool.engine.known_stacks import stack_lock
 from spotpool.engine.launch_intents import SlotLaunch
-from spotpool.engine.processes import check_fence
+from spotpool.engine.processes import current_fence
 from spotpool.engine.stack_view import StackView
 
 __all__ = ["FastLaunch", "launch_replacements", "run_instances_request"]
 # Answers after which the same request (same ClientToken) may simply be sent again.
 RETRYABLE = ("RequestLimitExceeded", "InternalError", "ClientNetworkError", "ServerNetworkError")
+# Answers after which the request may have reached the cloud (and created the instance).
+MAYBE_SENT = ("InternalError", "ClientNetworkError", "ServerNetworkError")
 RETRY_FOR = 30.0  # seconds one slot's launch keeps retrying those
 
 
@@ -162,7 +164,10 @@ def launch_replacements(
     already (launched before, not adopted yet) is launched again with the same ClientToken:
     the cloud answers with the same instance. Takes the stack's in-process lock and the
     shared (SecretId, region, RunInstances) token bucket; refuses when this writer does not
-    hold the pool's Lease or another owner holds the stack's Pulumi lock.
+    hold the pool's Lease or another owner holds the stack's Pulumi lock. The writer's fence
+    (its Lease, and the calling operation's shard fence, `processes.fenced`) is passed after
+    every wait — the stack lock, the bucket, each pause between tries — right before each
+    write and each send: a writer that stalled while the pool moved on sends nothing more.
 
     Then run `pool.up(config, ..., refresh=True)` (any `up` adopts; `replace_slots` defers
     to one): it drops the reclaimed instances, adopts the launched ones into their slots and
@@ -173,16 +178,15 @@ def launch_replacements(
         return FastLaunch()
     if config.user_data and config.user_data.startswith(USER_DATA_FINGERPRINT):
         raise EngineError(f"stack {pool.name}: the fast path needs the user data, not its hash")
+    fence = _fence_of(pool)
     with stack_lock(pool.name):
-        writer = pool.settings.writer
-        if writer is not None and writer.lease is not None and not writer.lease.held():
-            raise EngineError(f"stack {pool.name}: this writer lost the pool's Lease")
+        fence()
         recovery.break_stale_locks(pool)  # a live owner's lock raises StackLockedError
         intent = launch_intents.read_intent(pool)
         for slot in wanted:
             if slot not in intent.slots:
                 generation = secrets.token_hex(8)  # as notice_nonces draws them
-                intent.slots[slot] = SlotLaunch(
+                new = SlotLaunch(
                     client_token=client_token(pool.pool.uid, slot, generation),
                     generation=generation,
                     nonce=generation if config.notice_agent is not None else "",
@@ -191,7 +195,9 @@ def launch_replacements(
                     charge_type=config.charge_of(slot),
                     launched=time.time(),
                 )
-        launch_intents.write_intent(pool, intent)  # durable before anything is sent
+                fence()
+                launch_intents.add_launch(pool, slot, new)  # durable before it is sent
+                intent.slots[slot] = new
         # Each slot exactly as it was first launched: a retry must send the same request.
         placed = config.placing(
             {s: (intent.slots[s].zone, intent.slots[s].instance_type, intent.slots[s].charge_type)
@@ -200,42 +206,86 @@ def launch_replacements(
         key = pool.settings.notice_key(pool.pool.uid) if config.notice_agent else None
         client = cloud.cvm(pool.credentials, pool.region, pool.settings.cloud_endpoint)
 
-        def launch(slot: int) -> tuple[int, str | None, str | None]:
+        def send(slot: int) -> tuple[int, Sent]:
             body = run_instances_request(
                 placed, slot, pool.settings.install_id, login_password, config.user_data, key,
                 intent.slots[slot].nonce,
             )  # fmt: skip
             body["ClientToken"] = intent.slots[slot].client_token
-            return (slot, *_send(client, body))
+            try:
+                return slot, _send(client, body, fence)
+            except Exception as error:  # the fence: this slot is not sent (again)
+                return slot, Sent(refused=error)
 
-        check_fence()  # this writer still holds the pool's shard (as before any CLI launch)
         with ThreadPoolExecutor(max_workers=min(8, len(wanted))) as workers:
-            outcomes = list(workers.map(launch, wanted))
+            outcomes = list(workers.map(send, wanted))
+        # What the cloud answered is written only while the writer still holds the pool: a
+        # launch whose record stays without an instance id is adopted by its tags.
+        for _, sent in outcomes:
+            if sent.refused is not None:
+                raise sent.refused
+        fence()
         done = FastLaunch()
-        for slot, instance_id, code in outcomes:
-            if instance_id is not None:
-                intent.slots[slot].instance_id = done.instances[slot] = instance_id
-            elif code is not None:
-                done.failed[slot] = code
-                if code not in RETRYABLE:  # the cloud said no: nothing was made
-                    del intent.slots[slot]
-        launch_intents.write_intent(pool, intent)
+        for slot, sent in outcomes:
+            made = intent.slots[slot]
+            if sent.instance_id is not None:
+                made.instance_id = done.instances[slot] = sent.instance_id
+                launch_intents.record_instance(pool, slot, made)
+            elif sent.code is not None:
+                done.failed[slot] = sent.code
+                if not sent.maybe_made:  # the cloud said no, and no earlier try may have made it
+                    launch_intents.drop_launch(pool, slot, made)
         return done
 
 
-def _send(client: Any, body: dict[str, Any]) -> tuple[str | None, str | None]:
-    """(instance id, None) or (None, error code); retries what may simply be sent again."""
+def _fence_of(pool: StackView) -> Callable[[], None]:
+    """The writer's right to write this pool, checkable from any thread: its Lease still held
+    and the calling operation's fence (the shard, in the same epoch) passed."""
+    writer = pool.settings.writer
+    operation = current_fence()
+
+    def fence() -> None:
+        if writer is not None and writer.lease is not None and not writer.lease.held():
+            raise EngineError(f"stack {pool.name}: this writer lost the pool's Lease")
+        operation()
+
+    return fence
+
+
+@dataclass
+class Sent:
+    """One slot's RunInstances: the instance, or the cloud's last error code and whether an
+    earlier try may still have made an instance; `refused`: the fence stopped it."""
+
+    instance_id: str | None = None
+    code: str | None = None
+    maybe_made: bool = False
+    refused: Exception | None = None
+
+
+def _send(client: Any, body: dict[str, Any], fence: Callable[[], None]) -> Sent:
+    """Send the launch, retrying what may simply be sent again; the fence is passed after
+    every wait (the account's bucket, each pause between tries), right before each send."""
     request = models.RunInstancesRequest()
     request.from_json_string(json.dumps(body))
     deadline = time.monotonic() + RETRY_FOR
     pause = 0.1
+    unsure = False  # an earlier try's request may have reached the cloud and made the instance
     while True:
         try:
-            reply = cloud.limited(client, "RunInstances", request)
-            return str(reply.InstanceIdSet[0]), None
+            reply = cloud.limited(client, "RunInstances", request, check=fence)
+            return Sent(instance_id=str(reply.InstanceIdSet[0]))
         except TencentCloudSDKException as error:
             code = str(error.code or "ClientNetworkError")
             if code not in RETRYABLE or time.monotonic() + pause > deadline:
-                return None, code
+                made = unsure or code in RETRYABLE or _names_the_token(code)
+                return Sent(code=code, maybe_made=made)
+            unsure = unsure or code in MAYBE_SENT
         time.sleep(pause)
         pause = min(1.0, pause * 2)
+
+
+def _names_the_token(code: str) -> bool:
+    """An answer about the ClientToken itself (already used, with other parameters): a
+    request under that token was made before, and may have created the instance."""
+    return any(word in code for word in ("ClientToken", "Idempotent"))

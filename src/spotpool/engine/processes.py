@@ -80,6 +80,17 @@ def check_fence() -> None:
         check()
 
 
+def current_fence() -> Callable[[], None]:
+    """This thread's fence as a callable another thread can check (a no-op when unfenced):
+    for work an operation hands to threads of its own (the fast path's launches)."""
+    check = getattr(_fence, "check", None)
+    return check if check is not None else _unfenced
+
+
+def _unfenced() -> None:
+    return None
+
+
 class FencedCommand(auto.PulumiCommand):
     """The Pulumi CLI runner of every stack: each launch passes the thread's fence first, so
     no run starts once the writer lost its Lease — not even the next CLI of an operation

@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 # Calls per second per API, region, sub-account (product docs 213/568).
 DEFAULT_RATES = {"DescribeInstances": 40.0, "RunInstances": 10.0, "TerminateInstances": 10.0}
 OTHER_ACTIONS_RATE = 20.0
+CHECK_EVERY = 0.2  # seconds between two fence checks of a caller waiting for a token
 
 
 class RateLimits(BaseModel):
@@ -67,10 +68,20 @@ class TokenBucket:
             self.waited += wait
             return wait
 
-    def take(self) -> None:
+    def take(self, check: Callable[[], None] | None = None) -> None:
+        """Take a token, waiting for it. `check` (a writer's fence) is called during the wait
+        and once more at its end, right before the call goes out: raising stops the wait (the
+        token stays spent)."""
         wait = self.reserve()
-        if wait > 0:
-            time.sleep(wait)
+        if check is None:
+            if wait > 0:
+                time.sleep(wait)
+            return
+        end = time.monotonic() + wait
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, CHECK_EVERY))
+            check()
+        check()
 
     def fill(self) -> float:
         """Share of the burst available now, 0..1 (for metrics)."""

@@ -180,7 +180,7 @@ class PoolStack:
             or len(urns) != len(slots)
             or not known.repaired
             or not known.config
-            or self.name in launch_intents.PENDING  # the fast path's instances: a full up adopts
+            or launch_intents.has_pending(self)  # fast-path instances (any writer's): an up adopts
         ):
             return self.up(config, login_password, refresh=True, replan=replan, fresh=slots)
         promote = sorted(s for s in slots if s in known.surges and s < config.count)
