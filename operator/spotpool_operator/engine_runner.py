@@ -11,6 +11,7 @@ the clock) comes in from outside so the logic can be tested without any of them.
 import asyncio
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 
 from spotpool.api.placement import NoCapacity
 from spotpool.api.spec import ChargeType, SpotpoolSpec
@@ -77,7 +78,8 @@ class PoolWork(PoolBook):
             placed, replan = await self._placed(pool, spec, config, credentials, slots)
             if slots:
                 if ahead:  # launched now; the run below adopts them
-                    await launch_ahead(engine, ref, placed, slots, password, pool.status)
+                    guarded = partial(self._guarded, ref.uid, engine)  # the shard's fence
+                    await launch_ahead(engine, ref, placed, slots, password, pool.status, guarded)
                     await self._write(pool, ref, progressing)
                 result = await self._engine_call(
                     "up", engine.replace_slots, placed, slots, password, replan
