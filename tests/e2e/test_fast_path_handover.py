@@ -1,0 +1,112 @@
+"""The storm fast path inside the shard's fence, end to end (issue 33, path 1): replica A's
+launches wait their turn at the account's RunInstances bucket (a storm) when replica C joins
+and takes half the shards. A gives a shard up only once its launches for that shard's pools
+are over, and a launch whose turn comes after its shard stopped sends nothing: A never
+launches for a pool it no longer serves. Real kube-apiserver, emulator, Pulumi, operators as
+processes."""
+
+import json
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spotpool_operator.sharding import shard_of
+
+from spotpool.localworld.emulator import start_emulator
+from spotpool.localworld.kube import Kube
+from tests.conftest import require_tool
+from tests.e2e.test_fencing_operators import _delete_pools_while_served
+from tests.operator.world import OperatorWorld, pool_manifest
+
+pytestmark = pytest.mark.e2e
+POOLS, SHARDS = 6, 2
+# One RunInstances every 4 s for the account: the storm's launches queue at the bucket.
+LIMITS = {"SPOTPOOL_SHARDS": str(SHARDS), "SPOTPOOL_API_LIMITS": "RunInstances=0.25"}
+
+
+def _fast_launches(emulator: Any) -> list[dict[str, Any]]:
+    calls = emulator.admin_ok("GET", "/_emulator/requests?action=RunInstances")["Requests"]
+    return [c for c in calls if (c.get("Params") or {}).get("ClientToken")]
+
+
+def _released(log: str) -> dict[int, int]:
+    """Shard -> offset in A's log where A released that shard's Lease."""
+    return {int(m.group(1)): m.start() for m in re.finditer(r"released Lease \S+-shard-(\d+)", log)}
+
+
+def test_a_replica_never_launches_for_a_pool_whose_shard_it_gave_up(
+    kube: Kube, tmp_path: Path
+) -> None:
+    for tool in ("pulumi", "pulumi-resource-tencentcloud"):
+        require_tool(tool)
+    emulator = start_emulator(tmp_path / "cloud.db", tmp_path / "emulator.log", boot_seconds=0)
+    lease_namespace = f"handover-{uuid.uuid4().hex[:6]}"
+    kube.ok("create", "namespace", lease_namespace)
+    backend = f"file://{tmp_path / 'backend'}"
+    (tmp_path / "backend").mkdir()
+    replicas: dict[str, OperatorWorld] = {}
+
+    def start(name: str) -> OperatorWorld:
+        (tmp_path / name).mkdir()
+        world = OperatorWorld(
+            kube, emulator, tmp_path / name, refresh_seconds=300,
+            hostname=f"spotpool-operator-{name}-{uuid.uuid4().hex[:4]}",
+            lease_namespace=lease_namespace, backend_url=backend, namespace_prefix="handover-",
+            env=LIMITS,
+        )  # fmt: skip
+        world.start()
+        replicas[name] = world
+        return world
+
+    try:
+        a = start("a")
+        ns = a.namespace()
+        names = [f"pool-{i}" for i in range(POOLS)]
+        items = [{**pool_manifest(n, replicas=1), "metadata": {"name": n, "namespace": ns}}
+                 for n in names]  # fmt: skip
+        a.kube.ok("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                        "items": items}))  # fmt: skip
+        pools = {n: a.wait_ready(ns, n, 1, timeout=300) for n in names}
+        uids = {n: p["metadata"]["uid"] for n, p in pools.items()}
+        victims = [i["instanceId"] for p in pools.values() for i in p["status"]["instances"]]
+
+        emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": victims})
+        a.wait_until(lambda: _fast_launches(emulator), "A's first fast launch", 60)
+        c = start("c")  # joins while A's other launches wait at the bucket
+        c.wait_until(lambda: "acquired Lease" in c.log.read_text(errors="replace"),
+                     "C holding a shard", 60)  # fmt: skip
+        for name in names:  # the storm settles, each pool replaced by its server
+            a.wait_ready(ns, name, 1, timeout=300)
+        moved = sorted(_released(a.log.read_text(errors="replace")))
+        assert moved, "A gave no shard up to C"
+        # Each of A's launches ends with a line of its own: launched, or refused.
+        ended = re.compile(r"launched ahead of the Pulumi run|fast launch of slot")
+        a.wait_until(
+            lambda: len(ended.findall(a.log.read_text(errors="replace"))) >= POOLS,
+            "every one of A's fast launches over", 120,
+        )  # fmt: skip
+
+        log = a.log.read_text(errors="replace")
+        released = _released(log)
+        late = [
+            line
+            for name in names
+            if (shard := shard_of(uids[name], SHARDS)) in released
+            for line in log[released[shard] :].splitlines()
+            if f"/{name}]" in line and "launched ahead of the Pulumi run" in line
+        ]
+        assert not late, late  # a launch after its shard was given up
+        for name in names:  # every pool whole, with no second instance for its slot
+            status = a.status(ns, name)
+            ids = sorted(i["instanceId"] for i in status["instances"])
+            assert sorted(a.cloud(uids[name])) == ids and len(ids) == 1, (name, ids)
+    finally:
+        namespaces = {n for world in replicas.values() for n in world.namespaces}
+        _delete_pools_while_served(kube, namespaces)
+        for world in replicas.values():
+            world.stop()
+        for namespace in [*namespaces, lease_namespace]:
+            kube.run("delete", "namespace", namespace, "--wait=false")
+        emulator.stop()
