@@ -78,9 +78,9 @@ class ShardWork:
     @contextlib.contextmanager
     def operation(self, uid: str) -> Iterator[Fence]:
         """Around one engine call or fast-path launch (in its thread): refused unless the
-        shard is served now;
-        counted, so that a shard is given up only when its operations are over. Yields the
-        operation's fence, for `check` before each CLI launch."""
+        shard is served now; counted, so that a shard is given up only when its operations
+        are over. Yields the operation's fence, for `check` before each CLI launch and each
+        fast-path send."""
         shard = self.shard(uid)
         with self._lock:
             if not self.holds(shard):
