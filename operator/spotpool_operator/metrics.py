@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 
 from spotpool.api.status import Phase, SpotpoolStatus
 from spotpool.engine.ratelimit import Buckets
+from spotpool.version import package_version, python_version, revision
 
 UNKNOWN = "unknown"  # the label value of a zone or instance type the status did not record
 # What became of the termination-notice reports agents sent (notices.py answers each).
@@ -111,6 +112,13 @@ class _TokenBuckets(Collector):
 class Metrics:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.registry = CollectorRegistry()
+        # The usual *_build_info: join on it to see which build a replica runs.
+        Gauge(
+            "spotpool_build_info",
+            "The running build: always 1, labelled with its version, git revision and Python.",
+            ["version", "revision", "python"],
+            registry=self.registry,
+        ).labels(package_version(), revision() or UNKNOWN, python_version()).set(1)
         self.operations = Counter(
             "spotpool_operations",
             "Engine operations run, by kind (up, refresh, destroy, forget) and result.",

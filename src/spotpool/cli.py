@@ -1,33 +1,81 @@
-"""The `spotpool` command line: one entry point, one sub-command group per part."""
+"""The `spotpool` command line: one entry point, one sub-command group per part.
+
+Each part is imported only when its sub-command runs (lazy_commands.py): `spotpool --help` and
+the notice agent on every spot instance start without kopf, Pulumi or the deploy program."""
 
 import typer
-from spotpool_deploy.cli import app as deploy_app
-from spotpool_operator.cli import app as operator_app
-from spotpool_operator.shards_cli import shards
 
-from spotpool.api.cli import app as crd_app
-from spotpool.cluster.cli import app as cluster_app
-from spotpool.demo import demo
-from spotpool.emulator.cli import app as emulator_app
-from spotpool.notices.cli import notice_agent
-from spotpool.preview.cli import PreviewCommand, preview
-from spotpool.stacks_cli import app as stacks_app
-from spotpool.toolchain.cli import app as toolchain_app
+from spotpool.lazy_commands import LazyCommand, LazyGroup
+from spotpool.version import describe
+
+# In the order `spotpool --help` lists them; each help line is the command's own first line
+# (tests/test_lazy_cli.py keeps them equal).
+LAZY_COMMANDS = {
+    "toolchain": LazyCommand(
+        "spotpool.toolchain.cli:app", "Install and inspect the pinned upstream tools."
+    ),
+    "cluster": LazyCommand(
+        "spotpool.cluster.cli:app",
+        "A local control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager.",
+    ),
+    "emulator": LazyCommand(
+        "spotpool.emulator.cli:app", "A local Tencent Cloud API emulator (CVM with spot)."
+    ),
+    "crd": LazyCommand("spotpool.api.cli:app", "The Spotpool CustomResourceDefinition."),
+    "operator": LazyCommand("spotpool_operator.cli:app", "The Spotpool operator (kopf)."),
+    "deploy": LazyCommand("spotpool_deploy.cli:app", "Install the Spotpool operator."),
+    "stacks": LazyCommand(
+        "spotpool.stacks_cli:app", "Inspect the pools' Pulumi stacks (read-only)."
+    ),
+    "image": LazyCommand("spotpool.image.cli:app", "Build the operator image (buildah/podman)."),
+    "preview": LazyCommand(
+        "spotpool.preview.cli:preview",
+        "Preview Spotpool manifests (or all stacks) without changing anything.",
+        command_class="spotpool.preview.cli:PreviewCommand",
+    ),
+    "demo": LazyCommand(
+        "spotpool.demo:demo",
+        "Run the operator on the local world (emulator, local kube-apiserver, file backend).",
+    ),
+    "notice-agent": LazyCommand(
+        "spotpool.notices.cli:notice_agent",
+        "Run on a spot instance: report the cloud's termination notice to the operator, so "
+        "the instance's replacement starts before the reclaim.",
+    ),
+    "shards": LazyCommand(
+        "spotpool_operator.shards_cli:shards",
+        "Which replica holds which shards and how many pools each serves.",
+    ),
+}
+
+
+class SpotpoolGroup(LazyGroup):
+    lazy_commands = LAZY_COMMANDS
+
 
 app = typer.Typer(
     name="spotpool",
+    cls=SpotpoolGroup,
     help="Keep pools of Tencent Cloud spot instances at their declared size.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,  # locals may hold credentials
 )
-app.add_typer(toolchain_app, name="toolchain")
-app.add_typer(cluster_app, name="cluster")
-app.add_typer(emulator_app, name="emulator")
-app.add_typer(crd_app, name="crd")
-app.add_typer(operator_app, name="operator")
-app.add_typer(deploy_app, name="deploy")
-app.add_typer(stacks_app, name="stacks")
-app.command(cls=PreviewCommand)(preview)
-app.command()(demo)
-app.command("notice-agent")(notice_agent)
-app.command()(shards)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(describe())
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the version and git revision, and exit.",
+    ),
+) -> None:
+    """Keep pools of Tencent Cloud spot instances at their declared size."""
