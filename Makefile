@@ -18,7 +18,7 @@ HERE := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
 SPOTPOOL_LOCAL_SOURCE ?= $(abspath $(HERE)../shared/upstream)
 LOCAL_SOURCE_FLAG := $(if $(wildcard $(SPOTPOOL_LOCAL_SOURCE)),--local-source $(SPOTPOOL_LOCAL_SOURCE))
 
-.PHONY: venv toolchain demo-tools test-tools lint test demo clean
+.PHONY: venv toolchain demo-tools test-tools image lint test demo clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,14 @@ demo-tools: venv
 test-tools: venv
 	$(SPOTPOOL) toolchain install $(LOCAL_SOURCE_FLAG) $(TEST_TOOLS)
 
+# The operator image (docs/image.md): the tools it carries, then buildah (installed from the
+# distribution's packages when missing); skipped in seconds when an image of the same inputs exists.
+IMAGE_TOOLS := pulumi pulumi-language-python pulumi-resource-tencentcloud
+
+image: venv
+	$(SPOTPOOL) toolchain install $(LOCAL_SOURCE_FLAG) $(IMAGE_TOOLS)
+	$(SPOTPOOL) image build
+
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -44,7 +52,7 @@ lint: venv
 
 # Three workers on two cores (the e2e tests wait on operators half the time), a test file to a
 # worker (module fixtures stay whole): 15 min here, against 22 with two and 40 serial.
-test: test-tools lint
+test: test-tools lint image
 	$(VENV)/bin/pytest -n 3 --dist loadfile
 
 demo: demo-tools

@@ -1,0 +1,1 @@
+"""The operator image: the container tools, the base images and a build cached on its inputs."""

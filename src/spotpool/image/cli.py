@@ -1,0 +1,43 @@
+"""`spotpool image build`."""
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from spotpool.image.base import BaseImageError
+from spotpool.image.build import ImageBuildError, build
+from spotpool.image.context import ContextError
+from spotpool.image.host import HostToolsMissing
+
+app = typer.Typer(help="Build the operator image (buildah/podman).", no_args_is_help=True)
+console = Console(stderr=True)
+
+
+@app.command("build")
+def build_command(
+    root: Path = typer.Option(
+        Path("."), "--root", help="the repository to build from", file_okay=False, exists=True
+    ),
+    ca: Path | None = typer.Option(
+        None,
+        "--ca",
+        help="a CA bundle for the build's downloads (a TLS-inspecting proxy); default "
+        "$SSL_CERT_FILE or the system bundle. A build secret: it is in no layer",
+    ),
+    local_base: bool = typer.Option(
+        False, "--local-base", help="make the base here (debootstrap) without asking a registry"
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="build even if an image of these inputs exists"
+    ),
+) -> None:
+    """Build the operator image (localhost/spotpool-operator:<version>), installing buildah and
+    podman from the distribution's packages when missing; skipped when an image built from the
+    same inputs (files, tool versions, base, revision) exists."""
+    try:
+        image = build(root.resolve(), console.log, ca=ca, local_base=local_base, force=force)
+    except (HostToolsMissing, BaseImageError, ContextError, ImageBuildError) as err:
+        console.print(f"[red]✗ image:[/] {err}")
+        raise typer.Exit(1) from err
+    print(image.reference)
