@@ -128,7 +128,7 @@ def test_an_image_of_the_same_inputs_is_reused_without_building(
 
     monkeypatch.setattr(image_build, "ensure_tools", lambda say: None)
     monkeypatch.setattr(image_build, "python_base", lambda say, local_only: "localhost/base")
-    monkeypatch.setattr(image_build.subprocess, "run", run)
+    monkeypatch.setattr(subprocess, "run", run)
     image = image_build.build(ROOT, lambda line: None)
     assert not image.built
     assert image.reference == "localhost/spotpool-operator:0.1.0"
