@@ -88,6 +88,7 @@ def build(
     ca: Path | None = None,
     local_base: bool = False,
     force: bool = False,
+    no_cache: bool = False,
 ) -> Image:
     """The operator image of the tree at `root`, tagged `REPOSITORY:<version>`: built, or the
     one already built from the same inputs."""
@@ -100,7 +101,7 @@ def build(
     extra = {"base": _image_id(base), "version": version, "revision": revision}
     inputs = inputs_hash(root, files, extra)
     reference = f"{REPOSITORY}:{version}"
-    existing = None if force else image_with_inputs(inputs)
+    existing = None if force or no_cache else image_with_inputs(inputs)
     if existing is not None:
         subprocess.run(["podman", "tag", existing, reference], check=True)
         say(f"{reference}: up to date (inputs {inputs[:12]})")
@@ -134,6 +135,8 @@ def build(
             "--tag",
             f"{REPOSITORY}:inputs-{inputs[:12]}",
         ]
+        if no_cache:
+            command.append("--no-cache")
         if (bundle := ca_bundle(ca)) is not None:
             command += ["--secret", f"id=ca,src={bundle}"]
         say(f"building {reference} from {base} (inputs {inputs[:12]})")

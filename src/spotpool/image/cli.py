@@ -31,12 +31,22 @@ def build_command(
     force: bool = typer.Option(
         False, "--force", help="build even if an image of these inputs exists"
     ),
+    no_cache: bool = typer.Option(
+        False, "--no-cache", help="build every layer again (a cold build; implies --force)"
+    ),
 ) -> None:
     """Build the operator image (localhost/spotpool-operator:<version>), installing buildah and
     podman from the distribution's packages when missing; skipped when an image built from the
     same inputs (files, tool versions, base, revision) exists."""
     try:
-        image = build(root.resolve(), console.log, ca=ca, local_base=local_base, force=force)
+        image = build(
+            root.resolve(),
+            console.log,
+            ca=ca,
+            local_base=local_base,
+            force=force,
+            no_cache=no_cache,
+        )
     except (HostToolsMissing, BaseImageError, ContextError, ImageBuildError) as err:
         console.print(f"[red]✗ image:[/] {err}")
         raise typer.Exit(1) from err
