@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from spotpool.image.build import Image, build
+from spotpool.image.build import Image, build, ca_bundle
+from spotpool.image.host import RUN_FLAGS
 from spotpool.localworld.emulator import EmulatorProcess
 from spotpool.localworld.kube import Kube
 from tests.conftest import require_tool
@@ -187,6 +188,25 @@ def test_the_image_answers_its_version_with_the_revision_it_was_built_from(
     assert labels["org.opencontainers.image.source"].startswith("https://")
     pid1 = podman_ok("exec", running.name, "cat", "/proc/1/cmdline").split("\0")
     assert Path(pid1[0]).name == "tini", pid1
+
+
+def _certificates(bundle: str) -> set[str]:
+    return set(re.findall(r"-----BEGIN CERTIFICATE-----\n(.*?)-----END", bundle, re.S))
+
+
+def test_the_proxy_ca_given_to_the_build_is_in_no_layer(image: Image) -> None:
+    """The build's CA bundle (the host's, with the TLS-inspecting proxy's CA) was a build
+    secret: the certificates the image's own bundle lacks are in none of its files."""
+    host = Path(ca_bundle(None) or "/etc/ssl/certs/ca-certificates.crt").read_text()
+    run = ["run", "--rm", "--network", "host", *RUN_FLAGS, "--user", "0", "--entrypoint"]
+    own = podman_ok(*run, "cat", image.reference, "/etc/ssl/certs/ca-certificates.crt")
+    extra = _certificates(host) - _certificates(own)
+    if not extra:
+        return  # no proxy here: nothing to look for
+    needles = [arg for cert in extra for arg in ("-e", cert.splitlines()[1])]
+    where = ["/etc", "/app", "/opt", "/usr", "/var", "/root", "/tmp", "/run"]
+    found = podman(*run, "grep", image.reference, "-rlsF", *needles, *where, timeout=300)
+    assert found.stdout.strip() == "", f"the proxy's CA is in the image: {found.stdout}"
 
 
 def test_a_pool_converges_and_a_reclaim_is_replaced(
