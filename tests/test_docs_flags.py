@@ -61,6 +61,9 @@ OTHER_PROGRAMS = {
     "make",
     "pytest",
     "setpriv",
+    "podman",
+    "buildah",
+    "debootstrap",
 }
 
 FENCE = re.compile(r"^\s*```")
