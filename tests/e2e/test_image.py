@@ -270,6 +270,9 @@ def test_sigterm_stops_it_within_the_grace_period_leaving_no_process(
     started = time.monotonic()
     podman_ok("stop", "--time", str(running.grace_seconds), running.name, timeout=300)
     took = time.monotonic() - started
+    print(
+        f"podman stop: {took:.1f} s of {running.grace_seconds} s grace, {len(processes)} processes"
+    )
     assert took < running.grace_seconds, f"stopped after {took:.0f} s: killed, not stopped"
     code = int(podman_ok("inspect", "--format", "{{.State.ExitCode}}", running.name).strip())
     assert code != 137, "SIGKILLed after the grace period:\n" + logs(running)[-3000:]
