@@ -8,26 +8,9 @@ import typer
 from spotpool.lazy_commands import LazyCommand, LazyGroup
 from spotpool.version import describe
 
-# In the order `spotpool --help` lists them; each help line is the command's own first line
-# (tests/test_lazy_cli.py keeps them equal).
+# In the order `spotpool --help` lists them (the commands, then the groups, as before); each
+# help line is the command's own first line (tests/test_lazy_cli.py keeps them equal).
 LAZY_COMMANDS = {
-    "toolchain": LazyCommand(
-        "spotpool.toolchain.cli:app", "Install and inspect the pinned upstream tools."
-    ),
-    "cluster": LazyCommand(
-        "spotpool.cluster.cli:app",
-        "A local control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager.",
-    ),
-    "emulator": LazyCommand(
-        "spotpool.emulator.cli:app", "A local Tencent Cloud API emulator (CVM with spot)."
-    ),
-    "crd": LazyCommand("spotpool.api.cli:app", "The Spotpool CustomResourceDefinition."),
-    "operator": LazyCommand("spotpool_operator.cli:app", "The Spotpool operator (kopf)."),
-    "deploy": LazyCommand("spotpool_deploy.cli:app", "Install the Spotpool operator."),
-    "stacks": LazyCommand(
-        "spotpool.stacks_cli:app", "Inspect the pools' Pulumi stacks (read-only)."
-    ),
-    "image": LazyCommand("spotpool.image.cli:app", "Build the operator image (buildah/podman)."),
     "preview": LazyCommand(
         "spotpool.preview.cli:preview",
         "Preview Spotpool manifests (or all stacks) without changing anything.",
@@ -46,6 +29,23 @@ LAZY_COMMANDS = {
         "spotpool_operator.shards_cli:shards",
         "Which replica holds which shards and how many pools each serves.",
     ),
+    "toolchain": LazyCommand(
+        "spotpool.toolchain.cli:app", "Install and inspect the pinned upstream tools."
+    ),
+    "cluster": LazyCommand(
+        "spotpool.cluster.cli:app",
+        "A local control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager.",
+    ),
+    "emulator": LazyCommand(
+        "spotpool.emulator.cli:app", "A local Tencent Cloud API emulator (CVM with spot)."
+    ),
+    "crd": LazyCommand("spotpool.api.cli:app", "The Spotpool CustomResourceDefinition."),
+    "operator": LazyCommand("spotpool_operator.cli:app", "The Spotpool operator (kopf)."),
+    "deploy": LazyCommand("spotpool_deploy.cli:app", "Install the Spotpool operator."),
+    "stacks": LazyCommand(
+        "spotpool.stacks_cli:app", "Inspect the pools' Pulumi stacks (read-only)."
+    ),
+    "image": LazyCommand("spotpool.image.cli:app", "Build the operator image (buildah/podman)."),
 }
 
 

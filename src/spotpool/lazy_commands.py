@@ -39,7 +39,7 @@ def load(name: str, entry: LazyCommand) -> Any:
         command = typer.main.get_group(found)
         command.name = name
         return command
-    single = typer.Typer()
+    single = typer.Typer(add_completion=False)  # the root has the completion options
     cls = _attribute(entry.command_class) if entry.command_class else None
     single.command(name, cls=cls)(_as_callable(found))
     return typer.main.get_command(single)
