@@ -37,8 +37,9 @@ demo-tools: venv
 test-tools: venv
 	$(SPOTPOOL) toolchain install $(LOCAL_SOURCE_FLAG) $(TEST_TOOLS)
 
-# The operator image (docs/image.md): the tools it carries, then buildah (installed from the
-# distribution's packages when missing); skipped in seconds when an image of the same inputs exists.
+# The operator image (docs/deploy.md, "Build the image"): the tools it carries, then buildah
+# (installed from the distribution's packages when missing); skipped in seconds when an image
+# of the same inputs exists.
 IMAGE_TOOLS := pulumi pulumi-language-python pulumi-resource-tencentcloud
 
 image: venv
