@@ -44,8 +44,17 @@ class Deletion(PoolWork):
             region = str(ref.spec.get("region") or "")
             credentials, problem = await self._deletion_credentials(pool, ref)
             engine = self._engine(ref, credentials, region)
+            if problem is None and self.strays is not None:  # a late instance is swept with it
+                self.strays.remember(credentials, region)
             try:
                 if retain:
+                    if problem is not None:
+                        raise PoolProblem(
+                            problem.reason,
+                            f"{problem.message}. Retain tags the pool's instances as kept (so "
+                            "no sweep of deleted pools' instances takes them), which needs the "
+                            "key pair: restore it to finish deleting",
+                        )
                     # Surges too: Retain forgets nothing it owns.
                     kept = await self._engine_call("forget", engine.held_instance_ids, record=False)
                     await self._engine_call("forget", engine.forget)

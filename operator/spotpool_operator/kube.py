@@ -8,7 +8,7 @@ blocking: the reconciler runs them in threads.
 import base64
 import logging
 import os
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import kubernetes
 
@@ -55,6 +55,14 @@ class KubeCluster:
     def coordination(self) -> Any:
         """The Leases API, on the same connection settings."""
         return kubernetes.client.CoordinationV1Api(self._api)
+
+    def pool_uids(self) -> set[str]:
+        """The uid of every Spotpool in the cluster, whatever its namespace or install."""
+        listed = cast(
+            dict[str, Any],
+            self._custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, _request_timeout=60),
+        )
+        return {str(item["metadata"]["uid"]) for item in listed.get("items") or []}
 
     def read_secret(self, namespace: str, name: str) -> dict[str, bytes]:
         try:

@@ -26,6 +26,7 @@ from spotpool_operator.metrics import Metrics
 from spotpool_operator.reconciler import Reconciler
 from spotpool_operator.settings import OperatorSettings
 from spotpool_operator.shards import ShardLeases
+from spotpool_operator.strays import StraySweep
 
 log = logging.getLogger("spotpool_operator")
 
@@ -85,6 +86,18 @@ def run(settings: OperatorSettings) -> None:
             CapacitySettings(avoid_seconds=settings.avoid_seconds),
         ),
         prices=prices,
+    )
+    reconciler.strays = StraySweep(
+        fleet,
+        lambda credentials, region, ids: cloud.terminate(
+            cloud.cvm(credentials, region, endpoint), ids
+        ),
+        cluster.pool_uids,
+        shards.serves if shards is not None else lambda uid: True,
+        reconciler.events,
+        settings.engine.install_id,
+        settings.engine.orphan_min_age,
+        on_swept=metrics.orphans_swept.inc,
     )
     registry = kopf.OperatorRegistry()
     handlers.register(registry, reconciler)

@@ -271,7 +271,10 @@ class PoolStack:
     def destroy(self, remove_stack: bool = True) -> OperationResult:
         with operation(self, OperationKind.DESTROY) as (stack, result, state):
             held = len(slots_in(state)) + len(ids_by_surge(state))
-            reply = stack.destroy(on_event=progress_printer(self), color="never")
+            # Refresh first: an instance the cloud already took back (a reclaim) leaves the
+            # state, or its TerminateInstances is answered InvalidInstanceId.NotFound, the
+            # provider fails the delete and the pool never finishes deleting.
+            reply = stack.destroy(on_event=progress_printer(self), color="never", refresh=True)
             result.changes = changes_from_summary(reply.summary.resource_changes)
             # The state is empty now: any instance still tagged for the pool would leak.
             launched = launch_intents.read_intent(self)  # the fast path's go too, young or not
@@ -298,6 +301,7 @@ class PoolStack:
     def forget(self) -> None:
         """Drop the stack but leave its instances running (deletionPolicy Retain)."""
         with stack_lock(self.name):
+            recovery.mark_retained(self)  # or the sweep of deleted pools' instances takes them
             select_stack(self).workspace.remove_stack(self.name, force=True)
             launch_intents.forget(self)  # the fast path's instances stay, as the others
             forget_known(self)
