@@ -61,6 +61,8 @@ class StraySweep:
         self.install_id, self.grace, self.cap, self.clock = install_id, grace, cap, clock
         self.accounts: dict[tuple[str, str, str], _Account] = {}
         self.swept = 0  # terminated, in all
+        self.passes = 0
+        self._told: set[tuple[str, str]] = set()  # (instance, reason) left and said so
 
     @property
     def interval(self) -> float:
@@ -90,6 +92,11 @@ class StraySweep:
         terminated: list[Decision] = []
         for account in list(self.accounts.values()):
             terminated += await self._sweep(account)
+        self.passes += 1
+        log.debug(
+            "stray sweep %d: %d key pair(s) and region(s), %d terminated",
+            self.passes, len(self.accounts), len(terminated),
+        )  # fmt: skip
         return terminated
 
     async def _sweep(self, account: _Account) -> list[Decision]:
@@ -108,7 +115,13 @@ class StraySweep:
             min_age=timedelta(seconds=self.grace),
             cap=self.cap,
         )
-        going = [d for d in decide_strays(fleet, tagged) if d.action is Action.TERMINATE]
+        decisions = decide_strays(fleet, tagged)
+        for left in (d for d in decisions if d.action is Action.LEAVE):
+            if (left.instance_id, left.reason) not in self._told:  # once, not every pass
+                self._told.add((left.instance_id, left.reason))
+                log.info("left instance %s of deleted pool %s: %s",
+                         left.instance_id, left.pool_uid, left.reason)  # fmt: skip
+        going = [d for d in decisions if d.action is Action.TERMINATE]
         if not going:
             return []
         ids = [d.instance_id for d in going]

@@ -242,7 +242,8 @@ def break_stale_locks(pool: StackView) -> list[str]:
                 continue  # its run just ended
             kept.append(f"{key.rsplit('/', 1)[-1]} (unreadable)")
             continue
-        decision = decide_lock(owner, writer, _alive)
+        limit = timedelta(seconds=pool.settings.operation_timeout)
+        decision = decide_lock(owner, writer, _alive, now, limit)
         if not decision.break_it:
             kept.append(f"{owner.describe(now)}: {decision.reason}")
             continue
