@@ -81,3 +81,12 @@ def test_gone_instances_are_skipped_and_the_cap_holds() -> None:
 
 def test_an_instance_without_a_pool_uid_is_left_alone() -> None:
     assert decide_strays(fleet(), {"": [tagged("i-1")]}) == []
+
+
+def test_the_instances_of_a_pool_deleted_with_retain_stay() -> None:
+    recorded = Fleet("prod", frozenset(), lambda uid: True, NOW, timedelta(minutes=15), 10,
+                     kept=frozenset({"kept"}))  # fmt: skip
+    tagged_kept = Tagged("i-2", 0, "RUNNING", "GN7.2XLARGE32", "ap-singapore-2", "prod", OLD, True)
+    decisions = decide_strays(recorded, {"kept": [tagged("i-1")], "gone": [tagged_kept]})
+    assert actions(decisions) == {"i-1": Action.LEAVE, "i-2": Action.LEAVE}
+    assert all("Retain" in d.reason for d in decisions)

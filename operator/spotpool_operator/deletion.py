@@ -48,13 +48,6 @@ class Deletion(PoolWork):
                 self.strays.remember(credentials, region)
             try:
                 if retain:
-                    if problem is not None:
-                        raise PoolProblem(
-                            problem.reason,
-                            f"{problem.message}. Retain tags the pool's instances as kept (so "
-                            "no sweep of deleted pools' instances takes them), which needs the "
-                            "key pair: restore it to finish deleting",
-                        )
                     # Surges too: Retain forgets nothing it owns.
                     kept = await self._engine_call("forget", engine.held_instance_ids, record=False)
                     await self._engine_call("forget", engine.forget)

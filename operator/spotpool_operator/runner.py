@@ -14,6 +14,7 @@ from spotpool.engine.credentials import Credentials
 from spotpool.engine.ownership import Writer
 from spotpool.engine.processes import kill_runs
 from spotpool.engine.ratelimit import BUCKETS
+from spotpool.engine.retained import retained_uids
 from spotpool.engine.stack import PoolStack, forget_stack
 from spotpool_operator import handlers, kopf_namespaces
 from spotpool_operator.capacity import Capacity, CapacitySettings, stock_lister
@@ -97,6 +98,7 @@ def run(settings: OperatorSettings) -> None:
         reconciler.events,
         settings.engine.install_id,
         settings.engine.orphan_min_age,
+        kept=partial(retained_uids, settings.engine.backend_url),
         on_swept=metrics.orphans_swept.inc,
     )
     registry = kopf.OperatorRegistry()

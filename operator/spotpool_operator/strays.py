@@ -52,11 +52,13 @@ class StraySweep:
         events: Events,
         install_id: str,
         grace: float,
+        kept: PoolUids = set,
         on_swept: Callable[[int], None] = lambda count: None,
         cap: int = 100,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.lister, self.terminate, self.pool_uids = lister, terminate, pool_uids
+        self.kept = kept  # uids of the pools deleted with Retain (the backend's record)
         self.serves, self.events, self.on_swept = serves, events, on_swept
         self.install_id, self.grace, self.cap, self.clock = install_id, grace, cap, clock
         self.accounts: dict[tuple[str, str, str], _Account] = {}
@@ -104,12 +106,14 @@ class StraySweep:
         if not found:
             return []
         pools = await asyncio.to_thread(self.pool_uids)  # after the instances: see the top
+        kept = await asyncio.to_thread(self.kept)
         tagged: dict[str, list[Tagged]] = {}
         for item in found:
             tagged.setdefault(item.pool_uid, []).append(_tagged(item))
         fleet = Fleet(
             install_id=self.install_id,
             pools=frozenset(pools),
+            kept=frozenset(kept),
             serves=self.serves,
             now=self.clock(),
             min_age=timedelta(seconds=self.grace),

@@ -131,6 +131,7 @@ class Fleet:
     now: datetime
     min_age: timedelta  # the grace: the longest a create can take between the cloud and a state
     cap: int  # terminations at most in one pass
+    kept: frozenset[str] = frozenset()  # pools deleted with Retain: their instances stay
 
 
 def decide_strays(fleet: Fleet, tagged: Mapping[str, list[Tagged]]) -> list[Decision]:
@@ -158,7 +159,7 @@ def _stray(fleet: Fleet, uid: str, item: Tagged, terminating: int) -> tuple[Acti
     if item.install != fleet.install_id:
         made_by = f"another install ({item.install})" if item.install else "an unknown install"
         return Action.LEAVE, f"made by {made_by}", False
-    if item.retained:
+    if item.retained or uid in fleet.kept:
         return Action.LEAVE, "kept by its pool's deletion (deletionPolicy Retain)", False
     if not fleet.serves(uid):
         return Action.LEAVE, "the pool's shard is another replica's", True

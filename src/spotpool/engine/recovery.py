@@ -30,7 +30,7 @@ from spotpool.engine.ownership import LockOwner, Writer, decide_lock
 from spotpool.engine.stack_view import StackView
 from spotpool.engine.urns import slot_of_urn
 
-__all__ = ["GONE_STATES", "Orphans", "mark_retained", "repair", "sweep_orphans"]
+__all__ = ["GONE_STATES", "Orphans", "repair", "sweep_orphans"]
 
 
 def repair(pool: StackView, stack: auto.Stack, state: Mapping[str, Any]) -> list[str]:
@@ -109,20 +109,6 @@ def sweep_orphans(
     if found.terminated:
         cloud.terminate(client, [d.instance_id for d in found.terminated])
     return found
-
-
-def mark_retained(pool: StackView) -> list[str]:
-    """Tag every live instance of the pool made by this install (or before installs were
-    tagged) as kept: its pool is deleted with Retain, so no sweep of deleted pools' instances
-    may take it. Returns their ids."""
-    client = _client(pool)
-    kept = [
-        i.instance_id
-        for i in cloud.pool_instances(client, pool.pool.uid)
-        if i.state not in GONE_STATES and i.install in (None, pool.settings.install_id)
-    ]
-    cloud.mark_retained(client, kept, datetime.now(UTC).isoformat(timespec="seconds"))
-    return kept
 
 
 def _any_lock(pool: StackView) -> bool:

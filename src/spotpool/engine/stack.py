@@ -11,7 +11,14 @@ from collections.abc import Callable, Iterable, Sequence
 from pulumi import automation as auto
 
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
-from spotpool.engine import fast_launch, launch_intents, recovery, stack_preview, surges
+from spotpool.engine import (
+    fast_launch,
+    launch_intents,
+    recovery,
+    retained,
+    stack_preview,
+    surges,
+)
 from spotpool.engine.config_writer import nonces_last_set, write_config
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.errors import (
@@ -301,7 +308,7 @@ class PoolStack:
     def forget(self) -> None:
         """Drop the stack but leave its instances running (deletionPolicy Retain)."""
         with stack_lock(self.name):
-            recovery.mark_retained(self)  # or the sweep of deleted pools' instances takes them
+            retained.mark_retained(self)  # or the sweep of deleted pools' instances takes them
             select_stack(self).workspace.remove_stack(self.name, force=True)
             launch_intents.forget(self)  # the fast path's instances stay, as the others
             forget_known(self)
