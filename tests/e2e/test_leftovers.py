@@ -81,8 +81,12 @@ def test_a_deleted_pools_late_instance_is_swept_and_another_installs_is_not(
 
     world.wait_until(lambda: stray not in world.cloud(uid), "the stray swept", timeout=120)
     assert set(world.cloud(uid)) == {theirs, untagged}  # never another install's
-    assert _swept_total(world) >= swept_before + 1
-    (message,) = [m for _, r, m in world.events(ns, "late") if r == "OrphanSwept"]
+    world.wait_until(lambda: _swept_total(world) >= swept_before + 1, "counted", timeout=30)
+
+    def swept_event() -> list[str]:
+        return [m for _, r, m in world.events(ns, "late") if r == "OrphanSwept"]
+
+    (message,) = world.wait_until(swept_event, "the OrphanSwept Event", timeout=30)
     assert stray in message and uid in message
 
 
