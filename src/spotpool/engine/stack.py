@@ -11,14 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pulumi import automation as auto
 
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
-from spotpool.engine import (
-    fast_launch,
-    launch_intents,
-    recovery,
-    retained,
-    stack_preview,
-    surges,
-)
+from spotpool.engine import fast_launch, launch_intents, recovery, stack_preview, surges
 from spotpool.engine.config_writer import nonces_last_set, write_config
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.errors import (
@@ -41,6 +34,7 @@ from spotpool.engine.orphans import waited_for
 from spotpool.engine.processes import kill_runs
 from spotpool.engine.replan import Replan, replanned
 from spotpool.engine.results import OperationKind, OperationResult, SlotOutput, changes_from_summary
+from spotpool.engine.retained import mark_retained
 from spotpool.engine.settings import EngineSettings
 from spotpool.engine.stack_operation import operation, progress_printer, targeted_up
 from spotpool.engine.stack_state import (
@@ -308,7 +302,7 @@ class PoolStack:
     def forget(self) -> None:
         """Drop the stack but leave its instances running (deletionPolicy Retain)."""
         with stack_lock(self.name):
-            retained.mark_retained(self)  # or the sweep of deleted pools' instances takes them
+            mark_retained(self)  # or the sweep of deleted pools' instances takes them
             select_stack(self).workspace.remove_stack(self.name, force=True)
             launch_intents.forget(self)  # the fast path's instances stay, as the others
             forget_known(self)
