@@ -3,6 +3,7 @@ status: a replica that no longer serves the pool posts none."""
 
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, Protocol, cast
 
 import kopf
@@ -21,6 +22,32 @@ class KopfEvents:
         kopf.event(
             kopf.Body(cast(kopf.RawBody, ref)), type=type_, reason=reason, message=message[:1000]
         )
+
+
+class DirectEvents:
+    """Posts through the API server at once (blocking: call it from a thread), for work that
+    runs outside kopf's handlers, where kopf's event queue is not set up (the sweep of
+    deleted pools' instances); a failed post is logged, never raised."""
+
+    def __init__(self, core: Any) -> None:
+        self.core = core  # a kubernetes.client.CoreV1Api
+
+    def post(self, ref: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        meta = ref.get("metadata") or {}
+        namespace = meta.get("namespace")
+        now = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        body = {
+            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": namespace},
+            "involvedObject": {"apiVersion": ref.get("apiVersion"), "kind": ref.get("kind"),
+                               **meta},
+            "type": type_, "reason": reason, "message": message[:1000],
+            "source": {"component": "spotpool-operator"}, "reportingComponent": "spotpool-operator",
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }  # fmt: skip
+        try:
+            self.core.create_namespaced_event(namespace, body, _request_timeout=30)
+        except Exception as error:  # the log line and the metric stand
+            log.warning("event %s not posted: %s", reason, type(error).__name__)
 
 
 class FencedEvents:

@@ -52,6 +52,10 @@ class KubeCluster:
         self._core = kubernetes.client.CoreV1Api(self._api)
         self._custom = kubernetes.client.CustomObjectsApi(self._api)
 
+    def core(self) -> Any:
+        """The core API (Events posted outside kopf's handlers), on the same connection."""
+        return self._core
+
     def coordination(self) -> Any:
         """The Leases API, on the same connection settings."""
         return kubernetes.client.CoordinationV1Api(self._api)

@@ -20,7 +20,7 @@ from spotpool_operator import handlers, kopf_namespaces
 from spotpool_operator.capacity import Capacity, CapacitySettings, stock_lister
 from spotpool_operator.cloudcheck import cloud_lookup
 from spotpool_operator.cost import PriceBook, price_lister
-from spotpool_operator.events import KopfEvents
+from spotpool_operator.events import DirectEvents, KopfEvents
 from spotpool_operator.fleet import FleetProbe
 from spotpool_operator.kube import KubeCluster
 from spotpool_operator.metrics import Metrics
@@ -95,7 +95,7 @@ def run(settings: OperatorSettings) -> None:
         ),
         cluster.pool_uids,
         shards.serves if shards is not None else lambda uid: True,
-        reconciler.events,
+        DirectEvents(cluster.core()),  # outside kopf's handlers: no kopf event queue there
         settings.engine.install_id,
         settings.engine.orphan_min_age,
         kept=partial(retained_uids, settings.engine.backend_url),

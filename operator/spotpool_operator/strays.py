@@ -134,10 +134,11 @@ class StraySweep:
         self.on_swept(len(going))
         names = {item.instance_id: item.pool for item in found}
         for decision in going:
-            self._report(decision, names.get(decision.instance_id))
+            await asyncio.to_thread(self._report, decision, names.get(decision.instance_id))
         return going
 
     def _report(self, decision: Decision, pool: str | None) -> None:
+        """In a thread: the Event is posted straight to the API server (events.DirectEvents)."""
         what = f"terminated instance {decision.instance_id}: {decision.reason}"
         log.warning("%s (pool %s)", what, pool or "?")
         namespace, _, name = (pool or "").partition("/")
