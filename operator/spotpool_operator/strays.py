@@ -16,7 +16,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -32,7 +32,8 @@ KEEP_ACCOUNT = 86400.0  # seconds a key pair is swept after its last pool here, 
 
 FleetLister = Callable[[Credentials, str], list[FleetInstance]]
 Terminator = Callable[[Credentials, str, list[str]], None]
-PoolUids = Callable[[], set[str]]  # every Spotpool's uid in the cluster, listed now
+# Which of these pool uids (uid -> "namespace/name") are a Spotpool's now (kube.py)
+PoolUids = Callable[[Mapping[str, str | None]], set[str]]
 
 
 @dataclass
@@ -52,7 +53,7 @@ class StraySweep:
         events: Events,
         install_id: str,
         grace: float,
-        kept: PoolUids = set,
+        kept: Callable[[], set[str]] = set,
         on_swept: Callable[[int], None] = lambda count: None,
         cap: int = 100,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -105,7 +106,12 @@ class StraySweep:
         found = await asyncio.to_thread(self.lister, account.credentials, account.region)
         if not found:
             return []
-        pools = await asyncio.to_thread(self.pool_uids)  # after the instances: see the top
+        candidates = {  # a served pool's instance of this install: its pool may be gone
+            item.pool_uid: item.pool
+            for item in found
+            if item.install == self.install_id and item.pool_uid and self.serves(item.pool_uid)
+        }
+        pools = await asyncio.to_thread(self.pool_uids, candidates)  # after the instances
         kept = await asyncio.to_thread(self.kept)
         tagged: dict[str, list[Tagged]] = {}
         for item in found:

@@ -1,9 +1,12 @@
 """The sweep of deleted pools' instances (strays.py) over fakes: it lists the fleet before the
 pools, terminates only what the decision says, posts an Event on the deleted pool and counts."""
 
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
+import kubernetes
 from pydantic import SecretStr
+from spotpool_operator.kube import KubeCluster
 from spotpool_operator.strays import StraySweep
 
 from spotpool.engine.cloud import FleetInstance
@@ -31,6 +34,7 @@ class World:
         self.calls: list[str] = []
         self.terminated: list[str] = []
         self.counted = 0
+        self.candidates: dict[str, str | None] = {}
         self.events = RecordedEvents()
 
     def sweep(self) -> StraySweep:
@@ -38,8 +42,9 @@ class World:
             self.calls.append("instances")
             return self.fleet
 
-        def pool_uids() -> set[str]:
+        def pool_uids(candidates: Mapping[str, str | None]) -> set[str]:
             self.calls.append("pools")
+            self.candidates = dict(candidates)
             return self.pools
 
         def terminate(credentials: Credentials, region: str, ids: list[str]) -> None:
@@ -74,6 +79,8 @@ def test_a_deleted_pools_old_instance_goes_with_an_event_and_a_count() -> None:
     assert world.terminated == ["i-stray"]
     assert world.counted == 1
     assert world.calls == ["instances", "pools"]  # a pool made after the listing is not missed
+    # asked about: the served pools with an instance of this install (no other install's)
+    assert world.candidates == {"gone": "team-a/gone", "live": "team-a/live"}
     (event,) = world.events.posted
     assert event[:2] == ("Warning", "OrphanSwept") and "i-stray" in event[2]
 
@@ -93,3 +100,38 @@ def test_the_interval_follows_the_grace_within_bounds() -> None:
     assert sweep.interval == 10.0
     sweep.grace = 0
     assert sweep.interval == 5.0
+
+
+class _NoClusterList:
+    """A namespaced install's rights: no list across the cluster, reads in its namespaces."""
+
+    def __init__(self, pools: dict[tuple[str, str], str]) -> None:
+        self.pools = pools  # (namespace, name) -> uid
+
+    def list_cluster_custom_object(self, *args: object, **kwargs: object) -> object:
+        raise kubernetes.client.ApiException(status=403)
+
+    def get_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, name: str, **kw: object
+    ) -> dict[str, object]:
+        if namespace == "elsewhere":
+            raise kubernetes.client.ApiException(status=403)
+        uid = self.pools.get((namespace, name))
+        if uid is None:
+            raise kubernetes.client.ApiException(status=404)
+        return {"metadata": {"uid": uid}}
+
+
+def test_without_a_cluster_wide_list_each_candidate_is_read_and_unknowns_count_as_alive() -> None:
+    cluster = KubeCluster.__new__(KubeCluster)  # no connection: the API is the fake
+    cluster._custom = _NoClusterList({("team-a", "live"): "u-live", ("team-a", "again"): "u-new"})  # type: ignore[assignment]
+    alive = cluster.pool_uids(
+        {
+            "u-live": "team-a/live",
+            "u-gone": "team-a/gone",  # 404: deleted
+            "u-old": "team-a/again",  # the name is another pool's now: this one is gone
+            "u-unreadable": "elsewhere/p",  # 403: not known, so not swept
+            "u-untagged": None,
+        }
+    )
+    assert alive == {"u-live", "u-unreadable", "u-untagged"}
