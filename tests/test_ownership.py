@@ -201,3 +201,44 @@ def test_shard_leases_prove_the_killed_holder_of_the_single_lease_gone() -> None
     kept = ShardView(new, next(s for s in range(4) if new.holds(s)))  # a shard new still has
     decision = decide_lock(lock("old-pod"), Writer("new-pod", 1, kept), dead)
     assert not decision.break_it and "may still be running" in decision.reason
+
+
+# --- the way out of any stale lock: older than any run, from before this holder's token ----
+LIMIT = timedelta(minutes=30)  # the operation timeout
+LONG_AGO = ACQUIRED - timedelta(hours=2)
+
+
+def test_a_lock_of_a_host_fallen_off_every_holder_list_is_broken_once_older_than_any_run() -> None:
+    writer = Writer("pod-b", 1, ShardLease(held_before=frozenset(), holding_now=frozenset()))
+    now = ACQUIRED + timedelta(minutes=1)
+    decision = decide_lock(lock("pod-0", when=LONG_AGO), writer, alive, now, LIMIT)
+    assert decision.break_it and "older than any run" in decision.reason
+    # today's rule alone (no age known) keeps it: the host proves nothing by the Leases
+    assert not decide_lock(lock("pod-0", when=LONG_AGO), writer, alive).break_it
+
+
+def test_a_stale_lock_younger_than_a_run_can_be_is_kept() -> None:
+    writer = Writer("pod-b", 1, Lease())
+    young = ACQUIRED - timedelta(minutes=20)  # before the Lease, but a run may still be on
+    decision = decide_lock(lock("laptop", when=young), writer, alive, ACQUIRED, LIMIT)
+    assert not decision.break_it
+
+
+def test_an_old_lock_taken_after_this_holders_token_began_is_kept() -> None:
+    writer = Writer("pod-b", 1, Lease())
+    taken = ACQUIRED + timedelta(minutes=1)  # while this replica held the Lease: not a dead
+    now = taken + timedelta(hours=3)  # holder's; someone else's, reported
+    assert not decide_lock(lock("laptop", when=taken), writer, alive, now, LIMIT).break_it
+
+
+def test_no_age_rule_without_the_lease_or_a_timestamp() -> None:
+    now = ACQUIRED + timedelta(hours=5)
+    assert not decide_lock(
+        lock("x", when=LONG_AGO), Writer("b", 1, Lease(holding=False)), alive, now, LIMIT
+    ).break_it
+    assert not decide_lock(
+        lock("x", when=None), Writer("b", 1, Lease()), alive, now, LIMIT
+    ).break_it
+    assert not decide_lock(
+        lock("x", when=LONG_AGO), Writer("b", 1, None), alive, now, LIMIT
+    ).break_it

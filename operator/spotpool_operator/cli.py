@@ -238,6 +238,14 @@ def run(
         help="Names this install on every instance it makes; only its own orphans are ever "
         "adopted or terminated. Default: LEASE_NAMESPACE.LEASE_NAME, or 'default' by hand.",
     ),
+    orphan_grace: str = typer.Option(
+        "15m",
+        "--orphan-grace",
+        envvar="SPOTPOOL_ORPHAN_GRACE",
+        help="An instance of this install that no stack holds is terminated only once it is "
+        "older than this (a younger one may be a create still in flight); the sweep of "
+        "instances whose pool is gone waits as long.",
+    ),
     operator_class: str = typer.Option(
         "",
         "--operator-class",
@@ -363,6 +371,10 @@ def run(
         timeout_seconds = _seconds(operation_timeout)
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--operation-timeout") from None
+    try:
+        grace_seconds = _seconds(orphan_grace)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--orphan-grace") from None
     lease_home = lease_namespace or _pod_namespace()
     state = state_root()
     backend_url = backend or f"file://{state / 'backend'}"
@@ -379,6 +391,7 @@ def run(
                 operation_timeout=timeout_seconds,
                 history_keep=history_keep,
                 install_id=install_id or _install_id(lease_home, lease_name),
+                orphan_min_age=grace_seconds,
                 notice_secret=_notice_secret(notice_secret_file),
             ),
             namespaces=namespaces,

@@ -44,6 +44,8 @@ class Deletion(PoolWork):
             region = str(ref.spec.get("region") or "")
             credentials, problem = await self._deletion_credentials(pool, ref)
             engine = self._engine(ref, credentials, region)
+            if problem is None and self.strays is not None:  # a late instance is swept with it
+                self.strays.remember(credentials, region)
             try:
                 if retain:
                     # Surges too: Retain forgets nothing it owns.

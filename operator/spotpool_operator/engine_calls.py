@@ -23,7 +23,7 @@ from spotpool.engine.processes import fenced, kill_runs
 from spotpool_operator.capacity import Capacity
 from spotpool_operator.cost import PriceBook
 from spotpool_operator.engine_types import CloudLookup, EngineFactory, PoolEngine
-from spotpool_operator.events import Events
+from spotpool_operator.events import Events, FencedEvents
 from spotpool_operator.failures import PoolProblem
 from spotpool_operator.fleet import FleetProbe
 from spotpool_operator.kube import Cluster
@@ -61,7 +61,10 @@ class EngineCalls:
         self.capacity = capacity  # stock-aware placement of new slots (None: spec order)
         self.prices = prices  # what each status write says the pool costs (None: no cost)
         self.cluster = cluster
-        self.events = events
+        # Fenced like status: checked right before each post, so the shards set later count.
+        self.events = FencedEvents(
+            events, lambda uid: self.shards is None or self.shards.serves(uid)
+        )
         self.metrics = metrics
         self.engine_factory = engine_factory
         self.cloud_lookup = cloud_lookup

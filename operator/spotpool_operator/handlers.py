@@ -166,6 +166,8 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
             await asyncio.to_thread(shards.first_step.wait, settings.lease_duration)
         if reconciler.probe is not None:
             memo["probe"] = asyncio.create_task(reconciler.probe.run(), name="fleet-probe")
+        if reconciler.strays is not None:
+            memo["strays"] = asyncio.create_task(reconciler.strays.run(), name="stray-sweep")
         if settings.notice_port:
             server = NoticeServer(reconciler, settings.notice_host, settings.notice_port)
             await server.start()
@@ -181,7 +183,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
         server = memo.get("notices")
         if isinstance(server, NoticeServer):
             await server.stop()
-        for name in ("probe", "shards"):
+        for name in ("strays", "probe", "shards"):
             task = memo.get(name)
             if isinstance(task, asyncio.Task):
                 task.cancel()

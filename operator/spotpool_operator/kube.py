@@ -8,7 +8,8 @@ blocking: the reconciler runs them in threads.
 import base64
 import logging
 import os
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol, cast
 
 import kubernetes
 
@@ -52,9 +53,50 @@ class KubeCluster:
         self._core = kubernetes.client.CoreV1Api(self._api)
         self._custom = kubernetes.client.CustomObjectsApi(self._api)
 
+    def core(self) -> Any:
+        """The core API (Events posted outside kopf's handlers), on the same connection."""
+        return self._core
+
     def coordination(self) -> Any:
         """The Leases API, on the same connection settings."""
         return kubernetes.client.CoordinationV1Api(self._api)
+
+    def pool_uids(self, candidates: Mapping[str, str | None]) -> set[str]:
+        """Which of `candidates` (uid -> "namespace/name") are the uid of a Spotpool that exists
+        now: one list of the whole cluster; where that is not allowed (an install that serves
+        some namespaces), one read per candidate. A candidate that cannot be read counts as
+        existing: nothing is ever swept on a guess."""
+        try:
+            listed = cast(
+                dict[str, Any],
+                self._custom.list_cluster_custom_object(
+                    GROUP, VERSION, PLURAL, _request_timeout=60
+                ),
+            )
+            return {str(item["metadata"]["uid"]) for item in listed.get("items") or []}
+        except kubernetes.client.ApiException as error:
+            if error.status != 403:
+                raise
+        alive = set()
+        for uid, pool in candidates.items():
+            namespace, _, name = (pool or "").partition("/")
+            if not (namespace and name):
+                alive.add(uid)  # no name to read it by
+                continue
+            try:
+                found = cast(
+                    dict[str, Any],
+                    self._custom.get_namespaced_custom_object(
+                        GROUP, VERSION, namespace, PLURAL, name, _request_timeout=30
+                    ),
+                )
+            except kubernetes.client.ApiException as error:
+                if error.status != 404:
+                    alive.add(uid)
+                continue
+            if found["metadata"]["uid"] == uid:  # (same name, another uid: this one is gone)
+                alive.add(uid)
+        return alive
 
     def read_secret(self, namespace: str, name: str) -> dict[str, bytes]:
         try:

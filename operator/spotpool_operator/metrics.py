@@ -227,6 +227,12 @@ class Metrics:
             ["event"],
             registry=self.registry,
         )
+        self.orphans_swept = Counter(
+            "spotpool_orphans_swept",
+            "Instances of this install whose pool no longer exists, terminated by the sweep "
+            "once older than the orphan grace (strays.py).",
+            registry=self.registry,
+        )
         for result in NOTICE_RESULTS:  # every series exists from the start, at 0
             self.notice_reports.labels(result)
         for event in SURGE_EVENTS:

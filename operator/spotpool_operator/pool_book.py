@@ -20,9 +20,12 @@ from spotpool_operator.engine_calls import EngineCalls
 from spotpool_operator.failures import PoolProblem, classify
 from spotpool_operator.pools import PoolRef, PoolState
 from spotpool_operator.status_write import Fence, StaleWrite
+from spotpool_operator.strays import StraySweep
 
 
 class PoolBook(EngineCalls):
+    strays: StraySweep | None = None  # the sweep of deleted pools' instances (runner.py)
+
     # --- bookkeeping ----------------------------------------------------------------------
 
     def pool(self, ref: PoolRef) -> PoolState:
@@ -59,7 +62,10 @@ class PoolBook(EngineCalls):
         return StackConfig.from_spec(ref.identity, spec, self.settings.notice_endpoint())
 
     def _watch(self, ref: PoolRef, pool: PoolState, credentials: Credentials, region: str) -> None:
-        """Have the fleet probe watch the instances the pool's status now lists."""
+        """Have the fleet probe watch the instances the pool's status now lists (and the sweep
+        of deleted pools' instances look at its key pair and region)."""
+        if self.strays is not None:
+            self.strays.remember(credentials, region)
         if self.probe is None:
             return
         expected = {i.slot: i.instance_id for i in pool.status.instances if i.slot is not None}

@@ -14,18 +14,20 @@ from spotpool.engine.credentials import Credentials
 from spotpool.engine.ownership import Writer
 from spotpool.engine.processes import kill_runs
 from spotpool.engine.ratelimit import BUCKETS
+from spotpool.engine.retained import retained_uids
 from spotpool.engine.stack import PoolStack, forget_stack
 from spotpool_operator import handlers, kopf_namespaces
 from spotpool_operator.capacity import Capacity, CapacitySettings, stock_lister
 from spotpool_operator.cloudcheck import cloud_lookup
 from spotpool_operator.cost import PriceBook, price_lister
-from spotpool_operator.events import KopfEvents
+from spotpool_operator.events import DirectEvents, KopfEvents
 from spotpool_operator.fleet import FleetProbe
 from spotpool_operator.kube import KubeCluster
 from spotpool_operator.metrics import Metrics
 from spotpool_operator.reconciler import Reconciler
 from spotpool_operator.settings import OperatorSettings
 from spotpool_operator.shards import ShardLeases
+from spotpool_operator.strays import StraySweep
 
 log = logging.getLogger("spotpool_operator")
 
@@ -85,6 +87,19 @@ def run(settings: OperatorSettings) -> None:
             CapacitySettings(avoid_seconds=settings.avoid_seconds),
         ),
         prices=prices,
+    )
+    reconciler.strays = StraySweep(
+        fleet,
+        lambda credentials, region, ids: cloud.terminate(
+            cloud.cvm(credentials, region, endpoint), ids
+        ),
+        cluster.pool_uids,
+        shards.serves if shards is not None else lambda uid: True,
+        DirectEvents(cluster.core()),  # outside kopf's handlers: no kopf event queue there
+        settings.engine.install_id,
+        settings.engine.orphan_min_age,
+        kept=partial(retained_uids, settings.engine.backend_url),
+        on_swept=metrics.orphans_swept.inc,
     )
     registry = kopf.OperatorRegistry()
     handlers.register(registry, reconciler)

@@ -14,15 +14,19 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 from tencentcloud.common import credential
+from tencentcloud.common.common_client import CommonClient
 from tencentcloud.common.profile.client_profile import ClientProfile
 from tencentcloud.common.profile.http_profile import HttpProfile
 from tencentcloud.cvm.v20170312 import cvm_client, models
 
-from spotpool.api.stackconfig import TAG_INSTALL, TAG_POOL_UID, TAG_SLOT
+from spotpool.api.stackconfig import TAG_INSTALL, TAG_POOL, TAG_POOL_UID, TAG_SLOT
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.ratelimit import BUCKETS
 
 T = TypeVar("T")
+# Set on the instances a deletion with deletionPolicy Retain keeps: their pool is gone on
+# purpose, so the sweep of instances whose pool no longer exists leaves them running.
+TAG_RETAINED = "spotpool-retained"
 _clients: dict[tuple[str, str, str, str | None], cvm_client.CvmClient] = {}
 _clients_lock = threading.Lock()
 ON_CALL: list[Callable[[str, str], None]] = []  # (action, outcome) observers, e.g. metrics
@@ -85,10 +89,12 @@ class TaggedInstance(BaseModel):
     zone: str
     install: str | None = Field(None, description="The install that made it (its tag).")
     created: datetime | None = None
+    retained: bool = Field(False, description="Kept by a Retain deletion (its tag).")
 
 
 class FleetInstance(TaggedInstance):
     pool_uid: str
+    pool: str | None = Field(None, description="namespace/name of its pool (its tag).")
 
 
 def pool_instances(client: cvm_client.CvmClient, pool_uid: str) -> list[TaggedInstance]:
@@ -142,8 +148,10 @@ def _tagged(client: cvm_client.CvmClient, tag_filter: dict[str, Any]) -> list[Fl
                 instance_type=item.InstanceType,
                 zone=item.Placement.Zone,
                 pool_uid=_tag(item, TAG_POOL_UID) or "",
+                pool=_tag(item, TAG_POOL),
                 install=_tag(item, TAG_INSTALL),
                 created=_created(item),
+                retained=_tag(item, TAG_RETAINED) is not None,
             )
             for item in reply.InstanceSet
         ]
@@ -176,3 +184,16 @@ def terminate(client: cvm_client.CvmClient, instance_ids: list[str]) -> None:
         request = models.TerminateInstancesRequest()
         request.InstanceIds = instance_ids[start : start + 100]
         limited(client, "TerminateInstances", request)
+
+
+def mark_retained(client: cvm_client.CvmClient, instance_ids: list[str], when: str) -> None:
+    """Tag each instance `spotpool-retained=<when>` (tag API ModifyResourceTags): a pool
+    deleted with Retain keeps them, and no sweep may take them for a deleted pool's."""
+    tags = CommonClient("tag", "2018-08-13", client.credential, client.region, client.profile)
+    for instance_id in instance_ids:
+        BUCKETS.bucket(client.credential.secretId, client.region, "ModifyResourceTags").take()
+        resource = f"qcs::cvm:{client.region}:uin/:instance/{instance_id}"
+        tags.call_json(
+            "ModifyResourceTags",
+            {"Resource": resource, "ReplaceTags": [{"TagKey": TAG_RETAINED, "TagValue": when}]},
+        )

@@ -13,7 +13,7 @@ writer's create still in flight (a second install on the same account, a person'
 - at most the pool's size per pass.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -40,6 +40,7 @@ class Tagged:
     zone: str
     install: str | None = None
     created: datetime | None = None
+    retained: bool = False  # kept on purpose by a Retain deletion of its pool
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class Decision:
     instance_type: str
     reason: str
     ours: bool = True  # made by this install: deleting the pool waits until it is gone
+    pool_uid: str = ""  # the pool it is tagged for (set by `decide_strays`)
 
 
 def decide(situation: Situation, tagged: list[Tagged]) -> list[Decision]:
@@ -116,3 +118,53 @@ def waited_for(decisions: list[Decision]) -> list[Decision]:
     (young, not this writer's to terminate now, over the cap). Terminated ones are going;
     another install's are that install's to delete."""
     return [d for d in decisions if d.action is Action.LEAVE and d.ours]
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """What the sweep of strays — instances of this install tagged for a pool that no longer
+    exists — knows when it decides."""
+
+    install_id: str
+    pools: frozenset[str]  # uid of every Spotpool in the cluster, listed after the instances
+    serves: Callable[[str], bool]  # this replica holds the shard (Lease) of that pool uid now
+    now: datetime
+    min_age: timedelta  # the grace: the longest a create can take between the cloud and a state
+    cap: int  # terminations at most in one pass
+    kept: frozenset[str] = frozenset()  # pools deleted with Retain: their instances stay
+
+
+def decide_strays(fleet: Fleet, tagged: Mapping[str, list[Tagged]]) -> list[Decision]:
+    """pool uid -> its tagged instances, as one fleet listing saw them; a decision for each
+    instance whose pool is gone. A pool listed after the instances that is not there was
+    deleted (a pool exists before anything is created for it), so its instances are strays:
+    terminated when they are this install's, old enough, and this replica serves the pool's
+    shard; never another install's, nor an untagged one (which install made it is unknown)."""
+    decisions: list[Decision] = []
+    for uid in sorted(tagged):
+        if not uid or uid in fleet.pools:
+            continue  # a live pool's orphans are its own writer's (`decide`)
+        for item in sorted(tagged[uid], key=lambda i: i.instance_id):
+            if item.state in GONE_STATES:
+                continue
+            terminating = sum(d.action is Action.TERMINATE for d in decisions)
+            action, reason, ours = _stray(fleet, uid, item, terminating)
+            decisions.append(
+                Decision(item.instance_id, action, item.slot, item.instance_type, reason, ours, uid)
+            )
+    return decisions
+
+
+def _stray(fleet: Fleet, uid: str, item: Tagged, terminating: int) -> tuple[Action, str, bool]:
+    if item.install != fleet.install_id:
+        made_by = f"another install ({item.install})" if item.install else "an unknown install"
+        return Action.LEAVE, f"made by {made_by}", False
+    if item.retained or uid in fleet.kept:
+        return Action.LEAVE, "kept by its pool's deletion (deletionPolicy Retain)", False
+    if not fleet.serves(uid):
+        return Action.LEAVE, "the pool's shard is another replica's", True
+    if item.created is None or fleet.now - item.created < fleet.min_age:
+        return Action.LEAVE, "young: a create of the deleted pool may still be in flight", True
+    if terminating >= fleet.cap:
+        return Action.LEAVE, f"at most {fleet.cap} termination(s) a pass", True
+    return Action.TERMINATE, f"its pool {uid} no longer exists", True

@@ -17,7 +17,12 @@ took it, and when). A lock is broken only when its owner is provably gone:
   holds none of them, nor a live membership, has stopped writing every stack: the same rule
   stopped its runs before each of its Leases could be taken over or seen expired, and it may
   write nothing without one (`InstallLeases`, read after the lock was);
-- or the lock is this host's and its pid is not alive (a CLI that was killed here).
+- or the lock is this host's and its pid is not alive (a CLI that was killed here);
+- or, the way out of every other stale lock of the install (its host fell off the Lease's
+  list of 32 holders, a shard count changed): the operator holds its Lease, the lock was taken
+  before this holder's token began (before it acquired the Lease, by more than any clock skew)
+  and it is older than any run can be (the operation timeout kills every run of the operator,
+  plus `STALE_MARGIN`). A person's own `pulumi up` that old is broken by this rule too.
 
 A lock of anyone else (a person's `pulumi up` on a laptop, another install) is never broken:
 the operation reports it instead (`StackLockedError`, condition StackLocked).
@@ -25,7 +30,7 @@ the operation reports it instead (`StackLockedError`, condition StackLocked).
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -41,6 +46,11 @@ class LeaseView(Protocol):
     def earlier_holders(self) -> frozenset[str]:
         """Hostnames of the Lease's holders before this process (recorded in the Lease)."""
         ...
+
+
+# Beyond the operation timeout: the kill of a timed-out run, a Lease's expiry and any clock
+# skew between two nodes (the lock's time is its host's clock, the age is read on ours).
+STALE_MARGIN = timedelta(minutes=10)
 
 
 @dataclass(frozen=True)
@@ -94,7 +104,16 @@ class LockDecision:
     reason: str
 
 
-def decide_lock(lock: LockOwner, writer: Writer, pid_alive: Callable[[int], bool]) -> LockDecision:
+def decide_lock(
+    lock: LockOwner,
+    writer: Writer,
+    pid_alive: Callable[[int], bool],
+    now: datetime | None = None,
+    run_limit: timedelta | None = None,
+) -> LockDecision:
+    """Break the lock or not, and why. `run_limit`: the longest a run of the operator lasts
+    (its operation timeout); with `now`, a lock older than that and than this Lease holder's
+    token is broken whoever took it."""
     lease = writer.lease
     same_host = bool(lock.hostname) and lock.hostname == writer.hostname
     if lease is not None:
@@ -127,9 +146,26 @@ def decide_lock(lock: LockOwner, writer: Writer, pid_alive: Callable[[int], bool
                 f"taken on this host before this operator acquired the Lease "
                 f"({acquired.isoformat(timespec='seconds')}): a previous container's",
             )
+        if _older_than_any_run(lock, acquired, now, run_limit):
+            assert run_limit is not None
+            return LockDecision(
+                True,
+                f"taken before this operator acquired the Lease "
+                f"({acquired.isoformat(timespec='seconds')}) and older than any run can be "
+                f"(runs are killed after {int(run_limit.total_seconds())} s): its run is over",
+            )
     if same_host and lock.pid is not None and lock.pid != writer.pid and not pid_alive(lock.pid):
         return LockDecision(True, f"its process {lock.pid} on this host is not running")
     return LockDecision(False, "its owner may still be running")
+
+
+def _older_than_any_run(
+    lock: LockOwner, acquired: datetime, now: datetime | None, run_limit: timedelta | None
+) -> bool:
+    if lock.timestamp is None or now is None or run_limit is None:
+        return False
+    before_token = lock.timestamp < acquired - STALE_MARGIN
+    return before_token and now - lock.timestamp > run_limit + STALE_MARGIN
 
 
 def _parse_time(value: object) -> datetime | None:

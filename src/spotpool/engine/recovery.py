@@ -26,7 +26,7 @@ from spotpool.engine import cloud
 from spotpool.engine.backend_files import ROOT, BackendFiles, latest_deployment, open_backend
 from spotpool.engine.errors import StackLockedError
 from spotpool.engine.orphans import GONE_STATES, Action, Decision, Situation, Tagged, decide
-from spotpool.engine.ownership import LockOwner, Writer, decide_lock
+from spotpool.engine.ownership import STALE_MARGIN, LockOwner, Writer, decide_lock
 from spotpool.engine.stack_view import StackView
 from spotpool.engine.urns import slot_of_urn
 
@@ -219,6 +219,7 @@ def break_stale_locks(pool: StackView) -> list[str]:
         return []
     writer = pool.settings.writer or Writer(socket.gethostname(), os.getpid())
     now = datetime.now(UTC)
+    limit = timedelta(seconds=pool.settings.operation_timeout)  # every run is killed by then
     notes, kept = [], []
     for key in _lock_keys(files, pool.name):
         try:
@@ -228,7 +229,7 @@ def break_stale_locks(pool: StackView) -> list[str]:
                 continue  # its run just ended
             kept.append(f"{key.rsplit('/', 1)[-1]} (unreadable)")
             continue
-        decision = decide_lock(owner, writer, _alive)
+        decision = decide_lock(owner, writer, _alive, now, limit)
         if not decision.break_it:
             kept.append(f"{owner.describe(now)}: {decision.reason}")
             continue
@@ -237,8 +238,10 @@ def break_stale_locks(pool: StackView) -> list[str]:
     if kept:
         raise StackLockedError(
             f"stack {pool.name} is locked by " + "; ".join(kept) + " — not broken: wait for "
-            "it to end, or if you know its owner is gone, `pulumi cancel --stack "
-            f"{pool.name}` (pause the pool first)"
+            "it to end (a lock taken before this replica held the pool's shard is broken once "
+            f"older than any run can be, {int((limit + STALE_MARGIN).total_seconds())} s), or "
+            f"if you know its owner is gone, `pulumi cancel --stack {pool.name}` (pause the "
+            "pool first)"
         )
     return notes
 

@@ -34,6 +34,7 @@ from spotpool.engine.orphans import waited_for
 from spotpool.engine.processes import kill_runs
 from spotpool.engine.replan import Replan, replanned
 from spotpool.engine.results import OperationKind, OperationResult, SlotOutput, changes_from_summary
+from spotpool.engine.retained import mark_retained
 from spotpool.engine.settings import EngineSettings
 from spotpool.engine.stack_operation import operation, progress_printer, targeted_up
 from spotpool.engine.stack_state import (
@@ -271,7 +272,10 @@ class PoolStack:
     def destroy(self, remove_stack: bool = True) -> OperationResult:
         with operation(self, OperationKind.DESTROY) as (stack, result, state):
             held = len(slots_in(state)) + len(ids_by_surge(state))
-            reply = stack.destroy(on_event=progress_printer(self), color="never")
+            # Refresh first: an instance the cloud already took back (a reclaim) leaves the
+            # state, or its TerminateInstances is answered InvalidInstanceId.NotFound, the
+            # provider fails the delete and the pool never finishes deleting.
+            reply = stack.destroy(on_event=progress_printer(self), color="never", refresh=True)
             result.changes = changes_from_summary(reply.summary.resource_changes)
             # The state is empty now: any instance still tagged for the pool would leak.
             launched = launch_intents.read_intent(self)  # the fast path's go too, young or not
@@ -298,6 +302,7 @@ class PoolStack:
     def forget(self) -> None:
         """Drop the stack but leave its instances running (deletionPolicy Retain)."""
         with stack_lock(self.name):
+            mark_retained(self)  # or the sweep of deleted pools' instances takes them
             select_stack(self).workspace.remove_stack(self.name, force=True)
             launch_intents.forget(self)  # the fast path's instances stay, as the others
             forget_known(self)
