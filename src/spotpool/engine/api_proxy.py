@@ -12,17 +12,33 @@ only the action (X-TC-Action), the region (X-TC-Region) and the SecretId (Author
 Credential=, a public key id); it never logs a request. Upstream is the emulator (which is
 itself the runs' proxy in the local world) or, against the real cloud, https://<Host>: the
 plain-HTTP leg never leaves the machine.
+
+It is also the fence of the runs' cloud calls. A fenced run (one started under a shard's
+operation) is admitted with a token of its own in its proxy URL (`admit`; Go sends it as
+Proxy-Authorization), and every request it sends is forwarded only if the run's fence still
+passes, checked on arrival and again right before the send (after any wait for a token): a CLI
+frozen with its replica and thawed after another replica took the shard over has its queued
+RunInstances and TerminateInstances refused, not forwarded. The refusal is a Tencent API error
+that the provider does not retry (`FENCED_CODE`), so the run fails at once instead of retrying
+into a storm. A run whose admission ended (the operation is over) is refused too.
 """
 
+import base64
+import binascii
 import http.client
+import json
+import logging
 import os
 import re
+import secrets
 import select
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
@@ -45,6 +61,25 @@ _HOP_BY_HOP = frozenset(
     }
 )
 UPSTREAM_TIMEOUT = 120.0
+# Not in the provider's retryable codes (common.go retryableErrorCode, matched whole or by the
+# family before the dot): the run fails on the first refusal.
+FENCED_CODE = "OperationDenied.WriterFenced"
+log = logging.getLogger(__name__)
+Check = Callable[[], None]  # raises when the run's writer may no longer write
+
+
+def run_token(headers: Mapping[str, str] | Message) -> str | None:
+    """The run token in a request's Proxy-Authorization (Basic, the token as the password),
+    or None when the request carries none (an unfenced run)."""
+    value = headers.get("Proxy-Authorization") or ""
+    scheme, _, encoded = value.partition(" ")
+    if scheme.lower() != "basic" or not encoded:
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return ""  # malformed: an unknown token, refused
+    return decoded.partition(":")[2]
 
 
 def bucket_key(headers: Mapping[str, str] | Message) -> tuple[str, str, str] | None:
@@ -113,6 +148,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = self._body()
+        token = run_token(self.headers)
+        if self._refused(token):
+            return
         key = bucket_key(self.headers)
         if key is not None:  # wait its turn, across every run and the operator's own calls
             wait = self.server.buckets.bucket(*key).reserve()
@@ -120,6 +158,8 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(wait)
                 if self._client_gone():
                     return  # its run was killed meanwhile: a dead run's call must not land
+                if self._refused(token):  # right before the send: the wait may be long
+                    return
         scheme, host, target = self.upstreams.target(self.path, self.headers.get("Host") or "")
         headers = [
             (k, v)
@@ -154,6 +194,30 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = do_PUT = do_DELETE = do_HEAD = do_POST
 
+    def _refused(self, token: str | None) -> bool:
+        """Answer the run's call with the fence's refusal if its writer lost the right to
+        write (or its admission is over); True when refused."""
+        if token is None:
+            return False  # not a fenced run (a run by hand, a preview)
+        why = self.server.fence_failure(token)
+        if why is None:
+            return False
+        self.server.refused += 1
+        log.warning("cloud call %s refused: %s", self.headers.get("X-TC-Action") or "?", why)
+        reply = {
+            "Response": {
+                "Error": {"Code": FENCED_CODE, "Message": f"spotpool: {why}; not sent"},
+                "RequestId": str(uuid.uuid4()),
+            }
+        }
+        data = json.dumps(reply).encode()
+        self.send_response(200)  # an API error, as the cloud answers one (not a retried 5xx)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        return True
+
     def _client_gone(self) -> bool:
         """The run's connection closed while its call waited (the run was killed)."""
         readable, _, _ = select.select([self.connection], [], [], 0)
@@ -186,7 +250,22 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, endpoint: str | None, buckets: Buckets) -> None:
         self.endpoint = endpoint
         self.buckets = buckets
+        self.runs: dict[str, Check | None] = {}  # admitted runs: token -> their fence
+        self.refused = 0  # calls refused by the fence, for tests and logs
         super().__init__(("127.0.0.1", 0), _Handler)
+
+    def fence_failure(self, token: str) -> str | None:
+        """Why the run of `token` may not send now, or None when it may."""
+        if token not in self.runs:
+            return "the Pulumi run that sent this call is over (its operation ended)"
+        check = self.runs[token]
+        if check is None:
+            return None
+        try:
+            check()
+        except Exception as error:  # the fence's own refusal (NotServed), whatever its type
+            return str(error) or type(error).__name__
+        return None
 
 
 class ApiProxy:
@@ -212,6 +291,23 @@ class ApiProxy:
             "no_proxy": _without_api(os.environ.get("no_proxy", "")),
         }
 
+    @contextmanager
+    def admit(self, check: Check | None) -> Iterator[dict[str, str]]:
+        """Admit one Pulumi run: yields its proxy variables, with a token of its own, and
+        forwards its calls while `check` passes, until the block ends."""
+        token = secrets.token_urlsafe(18)
+        self._server.runs[token] = check
+        url = self.url.replace("http://", f"http://run:{token}@", 1)
+        try:
+            yield {"HTTP_PROXY": url, "http_proxy": url}
+        finally:
+            self._server.runs.pop(token, None)
+
+    @property
+    def refused(self) -> int:
+        """How many calls the fence refused so far."""
+        return self._server.refused
+
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
@@ -225,6 +321,12 @@ def _without_api(no_proxy: str) -> str:
 
 _proxies: dict[str | None, ApiProxy] = {}
 _proxies_guard = threading.Lock()
+
+
+def proxy_at(url: str | None) -> ApiProxy | None:
+    """This process's proxy serving at `url` (a run's HTTP_PROXY), if any."""
+    with _proxies_guard:
+        return next((p for p in _proxies.values() if url and p.url == url), None)
 
 
 def proxy_for(endpoint: str | None) -> ApiProxy:

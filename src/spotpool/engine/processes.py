@@ -4,7 +4,8 @@ The Automation API starts the `pulumi` CLI as a child of this process; the CLI s
 provider plugins, each in a process group of its own, so killing the CLI's group leaves them
 running. The whole tree is collected first and then killed, leaves included. And none
 starts without passing its thread's fence (`fenced`): a writer that lost its Lease launches
-no further CLI.
+no further CLI, and a CLI already running sends nothing more through the replica once the
+fence fails (its cloud calls and backend writes are admitted per run: run_fence.py).
 """
 
 import os
@@ -19,6 +20,7 @@ import psutil
 from pulumi import automation as auto
 from semver import VersionInfo
 
+from spotpool.engine import run_fence
 from spotpool.toolchain.manifest import PULUMI_VERSION
 
 
@@ -113,4 +115,6 @@ class FencedCommand(auto.PulumiCommand):
         on_error: Callable[[str], Any] | None = None,
     ) -> auto.CommandResult:
         check_fence()
-        return super().run(args, cwd, additional_env, on_output, on_error)
+        check = getattr(_fence, "check", None)
+        with run_fence.admitted(additional_env, cwd, check) as env:
+            return super().run(args, cwd, env, on_output, on_error)

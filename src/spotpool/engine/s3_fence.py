@@ -1,0 +1,330 @@
+"""A fencing S3 proxy on 127.0.0.1 between the Pulumi CLI of a fenced run and an `s3://`
+backend: the CLI's checkpoint saves become writes a late writer cannot pass.
+
+Pulumi's self-managed backend checks its lock only when it takes it, and saves each checkpoint
+with a plain PUT. A CLI frozen mid-`up` with its replica (a paused VM, SIGSTOP) and thawed after
+another replica broke its lock would save its checkpoint over the new holder's. So a fenced
+run's CLI talks to the backend through this proxy (`admit`: PULUMI_BACKEND_URL names the
+proxy, and the run signs with a key id of its own that names it, never the real keys), and the
+proxy re-signs each request with the real keys only while:
+
+- the run's fence passes (the shard still held, in the same epoch), checked right before each
+  forward: the proxy is in the replica's process, frozen and thawed with the CLI, so a thawed
+  run's writes are refused (403 AccessDenied, which the CLI does not retry); and
+- a checkpoint save carries `If-Match` with the ETag this run last saw of the checkpoint
+  (`If-None-Match: *` if it saw none): a save that passed the check and then stalled on the
+  way (a partition that heals) lands only if no one saved the checkpoint since this run read
+  it — the new holder's first save moves the ETag, and the late save gets 412.
+
+S3 (since 2024-08), MinIO and versitygw honour these preconditions on PutObject.
+The real keys are read as open_backend reads them (the process's and the run's environment).
+"""
+
+import hashlib
+import io
+import logging
+import re
+import secrets
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import BinaryIO
+from urllib.parse import parse_qs, parse_qsl, quote, urlencode, urlsplit
+
+import urllib3
+from minio.credentials.credentials import Credentials
+from minio.signer import sign_v4_s3
+
+log = logging.getLogger(__name__)
+Check = Callable[[], None]  # raises when the run's writer may no longer write
+CHECKPOINT = re.compile(r"^\.pulumi/stacks/[^/]+/[^/]+\.json(\.gz|\.zst)?$")
+ABSENT = ""  # the ETag of a checkpoint the run saw missing
+# Request headers that describe the object or the condition: forwarded and signed again.
+_FORWARDED = re.compile(
+    r"^(content-type|content-md5|content-language|content-disposition|cache-control|expires"
+    r"|range|if-match|if-none-match|if-modified-since|if-unmodified-since"
+    r"|x-amz-meta-.*|x-amz-copy-source.*|x-amz-metadata-directive|x-amz-tagging.*"
+    r"|x-amz-storage-class|x-amz-server-side-encryption.*)$"
+)
+_REPLY_SKIPPED = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length"})
+
+
+@dataclass
+class _Run:
+    check: Check | None
+    etags: dict[str, str] = field(default_factory=dict)  # checkpoint key -> ETag last seen
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where the backend really is, from its s3:// URL (the shape Pulumi takes)."""
+
+    bucket: str
+    prefix: str
+    scheme: str
+    host: str
+    region: str
+    path_style: bool
+
+    @classmethod
+    def parse(cls, url: str, env: Mapping[str, str]) -> "Upstream":
+        parts = urlsplit(url)
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        endpoint = query.get("endpoint") or "s3.amazonaws.com"
+        secure = not endpoint.startswith("http://") and query.get("disable_https") != "true"
+        host = endpoint.split("://", 1)[-1].rstrip("/")
+        path_style = "true" in (query.get("use_path_style"), query.get("s3ForcePathStyle"))
+        region = query.get("region") or env.get("AWS_REGION") or "us-east-1"
+        return cls(
+            parts.netloc, parts.path.strip("/"), "https" if secure else "http", host, region,
+            path_style,
+        )  # fmt: skip
+
+    def target(self, path: str) -> tuple[str, str]:
+        """(host, path) of a path-style request `/bucket/key` on the real endpoint."""
+        if self.path_style:
+            return self.host, path
+        rest = path.removeprefix(f"/{self.bucket}")
+        return f"{self.bucket}.{self.host}", rest or "/"
+
+    def key(self, path: str) -> str:
+        """The key relative to the backend's root (`.pulumi/…`) of a request path."""
+        key = path.removeprefix(f"/{self.bucket}").lstrip("/")
+        return key.removeprefix(f"{self.prefix}/") if self.prefix else key
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: "_Server"
+
+    def do_GET(self) -> None:
+        fence = self.server.fence
+        run = fence.run_of(self.headers.get("Authorization") or "")
+        why = fence.failure(run)
+        if why is not None:
+            fence.refused += 1
+            log.warning("backend %s refused: %s", self.command, why)
+            self._reply_error(403, "AccessDenied", f"spotpool: {why}")
+            return
+        assert run is not None
+        body = _decoded_body(self)
+        key = fence.upstream.key(self.path.split("?", 1)[0])
+        headers = {k: v for k, v in self.headers.items() if _FORWARDED.match(k.lower())}
+        checkpoint = bool(CHECKPOINT.match(key))
+        if checkpoint and self.command == "PUT":
+            seen = run.etags.get(key)
+            if seen == ABSENT:
+                headers["If-None-Match"] = "*"
+            elif seen is not None:
+                headers["If-Match"] = seen
+        reply = fence.forward(self.command, self.path, headers, body)
+        if checkpoint:
+            fence.saw(run, key, self.command, reply)
+        self.send_response(reply.status)
+        for name, value in reply.headers.items():
+            if name.lower() not in _REPLY_SKIPPED:
+                self.send_header(name, value)
+        if self.command == "HEAD":
+            self.send_header("Content-Length", reply.headers.get("Content-Length", "0"))
+            self.end_headers()
+            return
+        self.send_header("Content-Length", str(len(reply.data)))
+        self.end_headers()
+        self.wfile.write(reply.data)
+
+    do_PUT = do_POST = do_DELETE = do_HEAD = do_GET
+
+    def _reply_error(self, status: int, code: str, message: str) -> None:
+        data = (
+            '<?xml version="1.0" encoding="UTF-8"?>\n'
+            f"<Error><Code>{code}</Code><Message>{message}</Message></Error>"
+        ).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", "0" if self.command == "HEAD" else str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet: refusals are logged on their own."""
+
+
+def _decoded_body(handler: BaseHTTPRequestHandler) -> bytes:
+    """The request's payload: HTTP chunking and the AWS SDK's aws-chunked framing (chunk
+    signatures, checksum trailers) taken off; the proxy signs the plain bytes again."""
+    headers = handler.headers
+    if "chunked" in (headers.get("Transfer-Encoding") or "").lower():
+        raw = _read_chunks(handler.rfile)
+    else:
+        length = int(headers.get("Content-Length") or 0)
+        raw = handler.rfile.read(length) if length else b""
+    encoding = (headers.get("Content-Encoding") or "").lower()
+    sha = headers.get("X-Amz-Content-Sha256") or ""
+    if "aws-chunked" in encoding or sha.startswith("STREAMING-"):
+        raw = _read_chunks(io.BytesIO(raw))
+    return raw
+
+
+def _read_chunks(stream: BinaryIO | io.BufferedIOBase) -> bytes:
+    """`<hex size>[;extensions]CRLF data CRLF` … `0` CRLF, trailers, a blank line."""
+    chunks = []
+    while size := int(stream.readline().split(b";")[0].strip() or b"0", 16):
+        chunks.append(stream.read(size))
+        stream.readline()
+    while stream.readline().strip():  # trailers (a checksum), up to the blank line
+        pass
+    return b"".join(chunks)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, fence: "S3Fence") -> None:
+        self.fence = fence
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+
+@dataclass(frozen=True)
+class _Reply:
+    status: int
+    headers: Mapping[str, str]
+    data: bytes
+
+
+class S3Fence:
+    """The fencing proxy of one s3:// backend, serving on a thread until `close`."""
+
+    def __init__(self, backend_url: str, env: Mapping[str, str]) -> None:
+        self.upstream = Upstream.parse(backend_url, env)
+        self.credentials = Credentials(
+            env.get("AWS_ACCESS_KEY_ID") or "",
+            env.get("AWS_SECRET_ACCESS_KEY") or "",
+            env.get("AWS_SESSION_TOKEN") or None,
+        )
+        self.secret = secrets.token_hex(16)  # what the runs sign with: never the real keys
+        self.runs: dict[str, _Run] = {}
+        self.refused = 0  # requests refused by the fence
+        self.late_saves = 0  # checkpoint saves the backend refused (412): a later save won
+        self._http = urllib3.PoolManager(maxsize=8, retries=False)
+        self._server = _Server(self)
+        host, port = self._server.server_address[:2]
+        query = urlencode(
+            {"endpoint": f"http://{host!s}:{port}", "use_path_style": "true",
+             "region": self.upstream.region},
+        )  # fmt: skip
+        prefix = f"/{self.upstream.prefix}" if self.upstream.prefix else ""
+        self.url = f"s3://{self.upstream.bucket}{prefix}?{query}"
+        threading.Thread(
+            target=self._server.serve_forever, name="spotpool-s3-fence", daemon=True
+        ).start()
+
+    @contextmanager
+    def admit(self, check: Check | None) -> Iterator[dict[str, str]]:
+        """Admit one Pulumi run: yields the variables that send its backend calls through this
+        proxy as itself; they are forwarded while `check` passes, until the block ends."""
+        token = "SPOTPOOLRUN" + secrets.token_hex(8).upper()
+        self.runs[token] = _Run(check)
+        try:
+            yield {
+                "PULUMI_BACKEND_URL": self.url,
+                "AWS_ACCESS_KEY_ID": token,
+                "AWS_SECRET_ACCESS_KEY": self.secret,
+                "AWS_SESSION_TOKEN": "",
+            }
+        finally:
+            self.runs.pop(token, None)
+
+    def run_of(self, authorization: str) -> _Run | None:
+        found = re.search(r"Credential=([^/,\s]+)/", authorization)
+        return self.runs.get(found.group(1)) if found else None
+
+    @staticmethod
+    def failure(run: _Run | None) -> str | None:
+        """Why `run` may not reach the backend now, or None when it may."""
+        if run is None:
+            return "the Pulumi run that sent this request is over (its operation ended)"
+        if run.check is None:
+            return None
+        try:
+            run.check()
+        except Exception as error:  # the fence's own refusal (NotServed), whatever its type
+            return str(error) or type(error).__name__
+        return None
+
+    def saw(self, run: _Run, key: str, method: str, reply: _Reply) -> None:
+        """Remember the checkpoint's ETag as this run last saw it (read or written)."""
+        etag = reply.headers.get("ETag")
+        if reply.status == 412:
+            self.late_saves += 1
+            log.warning("checkpoint %s not saved: another writer saved it since this run "
+                        "read it (a late writer's save refused)", key)  # fmt: skip
+        elif (reply.status == 404 and method in ("GET", "HEAD")) or (
+            reply.status < 300 and method == "DELETE"
+        ):
+            run.etags[key] = ABSENT  # seen missing: a save creates it only if still missing
+        elif reply.status < 300 and etag and method != "POST":
+            run.etags[key] = etag  # a ranged read's ETag is the whole object's too
+
+    def forward(self, method: str, path: str, headers: dict[str, str], body: bytes) -> _Reply:
+        """Send one request to the real backend, signed with the real keys."""
+        raw_path, _, raw_query = path.partition("?")
+        host, target = self.upstream.target(raw_path)
+        query = urlencode(
+            sorted(parse_qsl(raw_query, keep_blank_values=True)), quote_via=quote, safe="-_.~"
+        )
+        digest = hashlib.sha256(body).hexdigest()
+        headers = {
+            **headers,
+            "Host": host,
+            "X-Amz-Date": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
+            "X-Amz-Content-Sha256": digest,
+        }
+        if self.credentials.session_token:
+            headers["X-Amz-Security-Token"] = self.credentials.session_token
+        url = urlsplit(f"{self.upstream.scheme}://{host}{target}?{query}")
+        signed = sign_v4_s3(
+            method=method,
+            url=url,
+            region=self.upstream.region,
+            headers=headers,  # type: ignore[arg-type]
+            credentials=self.credentials,
+            content_sha256=digest,
+            date=datetime.strptime(headers["X-Amz-Date"], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC),
+        )
+        try:
+            reply = self._http.request(
+                method,
+                url.geturl(),
+                body=body or None,
+                headers={k: str(v) for k, v in signed.items()},
+                redirect=False,
+                preload_content=True,
+            )
+        except urllib3.exceptions.HTTPError as error:
+            message = f"backend unreachable: {type(error).__name__}"
+            return _Reply(502, {"Content-Type": "text/plain"}, message.encode())
+        return _Reply(reply.status, dict(reply.headers), reply.data)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._http.clear()
+
+
+_fences: dict[tuple[str, str], S3Fence] = {}
+_guard = threading.Lock()
+
+
+def fence_for(backend_url: str, env: Mapping[str, str]) -> S3Fence:
+    """This process's fencing proxy of `backend_url` (with the keys in `env`), started on
+    first use."""
+    key = (backend_url, env.get("AWS_ACCESS_KEY_ID") or "")
+    with _guard:
+        found = _fences.get(key)
+        if found is None:
+            found = _fences[key] = S3Fence(backend_url, env)
+        return found
