@@ -114,13 +114,10 @@ class _Handler(BaseHTTPRequestHandler):
         key = fence.upstream.key(self.path.split("?", 1)[0])
         headers = {k: v for k, v in self.headers.items() if _FORWARDED.match(k.lower())}
         checkpoint = bool(CHECKPOINT.match(key))
-        if checkpoint and self.command == "PUT":
-            seen = run.etags.get(key)
-            if seen == ABSENT:
-                headers["If-None-Match"] = "*"
-            elif seen is not None:
-                headers["If-Match"] = seen
-        reply = fence.forward(self.command, self.path, headers, body)
+        condition = fence.condition(run, key) if checkpoint and self.command == "PUT" else {}
+        reply = fence.forward(self.command, self.path, {**headers, **condition}, body)
+        if condition and fence.unconditional(reply):  # a store without preconditions
+            reply = fence.forward(self.command, self.path, headers, body)
         if checkpoint:
             fence.saw(run, key, self.command, reply)
         self.send_response(reply.status)
@@ -209,6 +206,7 @@ class S3Fence:
         self.runs: dict[str, _Run] = {}
         self.refused = 0  # requests refused by the fence
         self.late_saves = 0  # checkpoint saves the backend refused (412): a later save won
+        self.conditional = True  # the store takes If-Match / If-None-Match on PutObject
         self._http = urllib3.PoolManager(maxsize=8, retries=False)
         self._server = _Server(self)
         host, port = self._server.server_address[:2]
@@ -254,6 +252,24 @@ class S3Fence:
         except Exception as error:  # the fence's own refusal (NotServed), whatever its type
             return str(error) or type(error).__name__
         return None
+
+    def condition(self, run: _Run, key: str) -> dict[str, str]:
+        """The precondition of a checkpoint save: unchanged since this run last saw it."""
+        seen = run.etags.get(key)
+        if not self.conditional or seen is None:
+            return {}
+        return {"If-None-Match": "*"} if seen == ABSENT else {"If-Match": seen}
+
+    def unconditional(self, reply: "_Reply") -> bool:
+        """The store refused the precondition itself (NotImplemented, as some S3-compatible
+        stores answer): saves go on fenced by the run check alone, said once."""
+        if reply.status not in (400, 501) or b"NotImplemented" not in reply.data:
+            return False
+        if self.conditional:
+            self.conditional = False
+            log.warning("the S3 backend does not take conditional writes (If-Match): "
+                        "checkpoint saves are fenced by the replica's check alone")  # fmt: skip
+        return True
 
     def saw(self, run: _Run, key: str, method: str, reply: _Reply) -> None:
         """Remember the checkpoint's ETag as this run last saw it (read or written)."""
