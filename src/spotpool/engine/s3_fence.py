@@ -319,6 +319,7 @@ class S3Fence:
                 headers={k: str(v) for k, v in signed.items()},
                 redirect=False,
                 preload_content=True,
+                decode_content=False,  # the bytes as stored: the client decodes what it asked
             )
         except urllib3.exceptions.HTTPError as error:
             message = f"backend unreachable: {type(error).__name__}"
