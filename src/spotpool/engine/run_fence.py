@@ -30,8 +30,9 @@ def admitted(env: Mapping[str, str], cwd: str, check: Check | None) -> Iterator[
         if proxy is not None:
             run_env.update(admissions.enter_context(proxy.admit(check)))
         backend = run_env.get("PULUMI_BACKEND_URL") or project_backend(Path(cwd))
-        if backend.startswith("s3://"):
-            keys = {**os.environ, **run_env}  # where Pulumi itself would find the real keys
+        keys = {**os.environ, **run_env}  # where Pulumi itself would find the real keys
+        # Keys from elsewhere (a profile, a web identity) are the CLI's own: left to it.
+        if backend.startswith("s3://") and keys.get("AWS_ACCESS_KEY_ID"):
             fence = s3_fence.fence_for(backend, keys)
             run_env.update(admissions.enter_context(fence.admit(check)))
         yield run_env

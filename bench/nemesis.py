@@ -1,0 +1,342 @@
+"""Benchmark: nemeses, in the manner of Jepsen's, against sharded replicas on one S3 backend.
+
+The local world (spotpool.localworld) with versitygw as the shared `s3://` backend and
+`--replicas` operator replicas (`--shards` shards, Lease `--lease` s), replica `a` reaching the
+API server through a TCP proxy that can stall its connection. `--pools` pools of one instance.
+Each round: every RUNNING instance of the install is reclaimed at once (a storm), and at a
+random moment of the next `--window` s one fault strikes, the faults taken in turn:
+
+- freeze: one replica's whole process tree is stopped (SIGSTOP) for 2.5 Leases, then thawed;
+- partition: replica a's connection to the API server stalls for 2.5 Leases, then heals;
+- join-leave: a replica leaves (SIGTERM, as a rollout) and a new one joins under a new name;
+- delete: a third of the pools are deleted mid-storm (new ones replace them next round).
+
+Then the world settles (every pool Ready at its size, every deleted pool gone) and is checked:
+slots that ever had two instances alive at once (the emulator's history), live instances of
+the install that no stack tracks, locks left, pools not whole, statuses naming an instance
+that is not RUNNING, stacks whose preview shows changes (`spotpool preview --all-stacks`, the
+`--expect-no-changes` of every stack); and what the fences did: runs in flight at the freeze,
+calls and backend requests refused, late checkpoint saves refused. One line a round.
+
+    .venv/bin/python bench/nemesis.py [--rounds 8] [--replicas 2] [--pools 8] [--shards 4]
+"""
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from spotpool.api.stackconfig import PROJECT, TAG_POOL_UID, TAG_SLOT  # noqa: E402
+from spotpool.cluster import s3  # noqa: E402
+from spotpool.engine.backend_files import ROOT as STATE  # noqa: E402
+from spotpool.engine.backend_files import (  # noqa: E402
+    BackendFiles,
+    latest_deployment,
+    open_backend,
+)
+from spotpool.localworld import run_log  # noqa: E402
+from spotpool.localworld.emulator import SECRET_ID, SECRET_KEY  # noqa: E402
+from spotpool.localworld.operator import (  # noqa: E402
+    PASSPHRASE,
+    OperatorWorld,
+    local_world,
+    pool_manifest,
+)
+from spotpool.localworld.slow_proxy import StallProxy, target_of  # noqa: E402
+
+FAULTS = ("freeze", "partition", "join-leave", "delete")
+INSTANCE = "tencentcloud:Instance/instance:Instance"
+GONE = {"TERMINATING", "SHUTDOWN", "LAUNCH_FAILED"}
+
+
+class Cluster:
+    """The replicas, the pools and the backend of one nemesis run."""
+
+    def __init__(self, first: OperatorWorld, server: s3.LocalS3, args: argparse.Namespace):
+        self.first, self.server, self.args = first, server, args
+        self.kube, self.emulator, self.work = first.kube, first.emulator, first.directory
+        self.files: BackendFiles = open_backend(server.backend_url, server.env)  # type: ignore
+        self.leases = f"nemesis-{uuid.uuid4().hex[:6]}"
+        self.kube.ok("create", "namespace", self.leases)
+        self.proxy = StallProxy(*target_of(self.kube.kubeconfig))
+        self.replicas: dict[str, OperatorWorld] = {}
+        self.joined = 0
+        self.namespace = ""
+        self.pools: dict[str, str] = {}  # name -> uid
+
+    def join(self, via_proxy: bool = False) -> OperatorWorld:
+        self.joined += 1
+        name = f"r{self.joined}"
+        env = {"SPOTPOOL_SHARDS": str(self.args.shards),
+               "SPOTPOOL_LEASE_DURATION": f"{self.args.lease}s"}  # fmt: skip
+        if via_proxy:
+            env["KUBECONFIG"] = str(
+                self.proxy.kubeconfig(self.kube.kubeconfig, self.work / "kubeconfig-via-proxy")
+            )
+        (self.work / name).mkdir()
+        world = OperatorWorld(
+            self.kube, self.emulator, self.work / name, refresh_seconds=300,
+            hostname=f"spotpool-operator-{name}-{uuid.uuid4().hex[:4]}",
+            lease_namespace=self.leases, backend_url=self.server.backend_url,
+            backend_env=self.server.env, namespace_prefix="nemesis-", env=env,
+        )  # fmt: skip
+        world.start()
+        self.replicas[name] = world
+        return world
+
+    def leave(self, name: str) -> None:
+        self.replicas.pop(name).stop()
+
+    # --- the pools ---------------------------------------------------------------------------
+    def fill(self) -> None:
+        """Pools up to --pools (new names for those deleted)."""
+        if not self.namespace:
+            self.namespace = self.first.namespace()
+        while len(self.pools) < self.args.pools:
+            name = f"pool-{uuid.uuid4().hex[:6]}"
+            self.first.apply(self.namespace, pool_manifest(name, replicas=1))
+            self.pools[name] = ""
+
+    def listed(self) -> dict[str, dict[str, Any]]:
+        found = self.kube.ok("-n", self.namespace, "get", "spotpools", "-o", "json")
+        return {p["metadata"]["name"]: p for p in json.loads(found)["items"]}
+
+    def settled(self) -> bool:
+        pools = self.listed()
+        if set(pools) != set(self.pools) or self.files.keys(f"{STATE}/locks/"):
+            return False
+        for name, pool in pools.items():
+            status = pool.get("status") or {}
+            if status.get("phase") != "Ready" or status.get("readyReplicas") != 1:
+                return False
+            if status.get("observedGeneration") != pool["metadata"]["generation"]:
+                return False
+            self.pools[name] = pool["metadata"]["uid"]
+        return True
+
+    def wait_settled(self, timeout: float) -> float:
+        started = time.monotonic()
+        while time.monotonic() - started < timeout:
+            if self.settled():
+                return time.monotonic() - started
+            time.sleep(1)
+        return float("nan")
+
+    # --- the faults --------------------------------------------------------------------------
+    def storm(self) -> int:
+        live = [i["InstanceId"] for i in self.emulator.all_instances()
+                if i["InstanceState"] == "RUNNING" and _tag(i, TAG_POOL_UID)]  # fmt: skip
+        if live:
+            self.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": live})
+        return len(live)
+
+    def strike(self, fault: str) -> dict[str, Any]:
+        hold = 2.5 * self.args.lease
+        if fault == "freeze":
+            name = random.choice(list(self.replicas))
+            world = self.replicas[name]
+            in_flight = _open_runs(world.log)
+            with frozen(world):
+                time.sleep(hold)
+            return {"victim": name, "in_flight": in_flight}
+        if fault == "partition":
+            in_flight = _open_runs(self.replicas["r1"].log)
+            self.proxy.stalled.set()
+            time.sleep(hold)
+            self.proxy.stalled.clear()
+            return {"victim": "r1", "in_flight": in_flight}
+        if fault == "join-leave":
+            name = random.choice([n for n in self.replicas if n != "r1"] or ["r1"])
+            in_flight = _open_runs(self.replicas[name].log)
+            self.leave(name)
+            self.join(via_proxy=name == "r1")
+            return {"victim": name, "in_flight": in_flight}
+        doomed = random.sample(sorted(self.pools), max(1, len(self.pools) // 3))
+        for name in doomed:
+            self.kube.run("-n", self.namespace, "delete", "spotpool", name, "--wait=false")
+            self.pools.pop(name)
+        return {"victim": f"{len(doomed)} pools", "in_flight": 0}
+
+    # --- the checks --------------------------------------------------------------------------
+    def check(self) -> dict[str, int]:
+        instances = self.emulator.all_instances()
+        ours = [i for i in instances if _tag(i, TAG_POOL_UID)]
+        live = {i["InstanceId"]: i for i in ours if i["InstanceState"] not in GONE}
+        tracked: set[str] = set()
+        for key in self.files.keys(f"{STATE}/stacks/{PROJECT}/"):
+            if key.endswith(".json.gz"):
+                stack = key.rsplit("/", 1)[1].removesuffix(".json.gz")
+                state = latest_deployment(self.files, PROJECT, stack) or {}
+                tracked |= {str(r.get("id")) for r in state.get("resources") or []
+                            if r.get("type") == INSTANCE}  # fmt: skip
+        pools = self.listed()
+        not_whole = not_running = 0
+        for pool in pools.values():
+            status = pool.get("status") or {}
+            named = {i["instanceId"] for i in status.get("instances") or []}
+            uid = pool["metadata"]["uid"]
+            cloud = {i for i, item in live.items() if _tag(item, TAG_POOL_UID) == uid}
+            not_whole += named != cloud or len(cloud) != 1
+            not_running += sum(live.get(i, {}).get("InstanceState") != "RUNNING" for i in named)
+        logs = [w.log.read_text(errors="replace") for w in self.replicas.values()]
+        return {
+            "duplicates": _overlapping_slots(ours),
+            "untracked": len(set(live) - tracked),
+            "locks": len(self.files.keys(f"{STATE}/locks/")),
+            "not_whole": not_whole,
+            "not_running": not_running,
+            "changed_stacks": self.previews_with_changes(),
+            "refused": sum(log.count(" refused: ") for log in logs),
+            "late_saves": sum(log.count("a late writer's save refused") for log in logs),
+        }
+
+    def previews_with_changes(self) -> int:
+        env = {
+            **os.environ, **self.server.env,
+            "SPOTPOOL_BACKEND_URL": self.server.backend_url,
+            "SPOTPOOL_CLOUD_ENDPOINT": self.emulator.endpoint,
+            "SPOTPOOL_WORK_DIR": str(self.work / "preview"),
+            "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
+            "TENCENTCLOUD_SECRET_ID": SECRET_ID, "TENCENTCLOUD_SECRET_KEY": SECRET_KEY,
+        }  # fmt: skip
+        done = subprocess.run(
+            [str(ROOT / ".venv" / "bin" / "spotpool"), "preview", "--all-stacks",
+             "--format", "json"],
+            env=env, capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        if done.returncode not in (0, 2):
+            print(f"  preview failed: {done.stderr.strip()[-300:]}")
+            return -1
+        pools = json.loads(done.stdout)["pools"]
+        return sum(
+            bool(c := p.get("changes")) and any(c[k] for k in ("create", "update", "replace",
+                                                                "delete"))
+            for p in pools
+        )  # fmt: skip
+
+
+@contextlib.contextmanager
+def frozen(world: OperatorWorld) -> Iterator[None]:
+    assert world.process is not None
+    root = psutil.Process(world.process.pid)
+    tree = [root, *root.children(recursive=True)]
+    for process in tree:
+        with contextlib.suppress(psutil.Error):
+            process.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for process in tree:
+            with contextlib.suppress(psutil.Error):
+                process.send_signal(signal.SIGCONT)
+
+
+def _tag(instance: dict[str, Any], key: str) -> str:
+    return next((t["Value"] for t in instance.get("Tags") or [] if t["Key"] == key), "")
+
+
+def _open_runs(log: Path) -> int:
+    """Engine runs under way in a replica now (begun, not ended: its log)."""
+    spans = run_log.runs(log, open_until=time.time())
+    return sum(1 for stack in spans.values() for span in stack if span[2] == "unended")
+
+
+def _seconds(stamp: str | None) -> float:
+    if not stamp:
+        return float("inf")
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _overlapping_slots(instances: list[dict[str, Any]]) -> int:
+    """Slots (pool uid, slot) that had two instances alive at one moment: each instance alive
+    from its creation until it was gone (the emulator's history, to the second)."""
+    by_slot: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for item in instances:
+        if item["InstanceState"] == "LAUNCH_FAILED":
+            continue
+        span = (_seconds(item.get("CreatedTime")), _seconds(item.get("GoneTime")))
+        by_slot.setdefault((_tag(item, TAG_POOL_UID), _tag(item, TAG_SLOT)), []).append(span)
+    doubled = 0
+    for spans in by_slot.values():
+        spans.sort()
+        doubled += any(b[0] < a[1] for a, b in itertools.pairwise(spans))
+    return doubled
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--pools", type=int, default=8)
+    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--lease", type=float, default=6.0)
+    parser.add_argument("--window", type=float, default=6.0)
+    parser.add_argument("--settle", type=float, default=420.0)
+    parser.add_argument("--faults", default=",".join(FAULTS))
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args()
+    random.seed(args.seed)
+    faults = [f for f in args.faults.split(",") if f]
+    with tempfile.TemporaryDirectory(prefix="nemesis-") as tmp:
+        work = Path(tmp)
+        server = s3.start(work / "s3")
+        try:
+            with local_world(
+                work, boot_seconds=0, lease_namespace=None, namespace_prefix="nemesis-"
+            ) as first:
+                cluster = Cluster(first, server, args)
+                try:
+                    run(cluster, faults, args)
+                finally:
+                    for world in cluster.replicas.values():
+                        world.stop()
+                    cluster.proxy.close()
+        finally:
+            server.stop()
+
+
+def run(cluster: Cluster, faults: list[str], args: argparse.Namespace) -> None:
+    cluster.join(via_proxy=True)
+    for _ in range(args.replicas - 1):
+        cluster.join()
+    cluster.fill()
+    first = cluster.wait_settled(600)
+    print(f"{args.pools} pools on {args.replicas} replicas, {args.shards} shards, "
+          f"Lease {args.lease:.0f} s: first converge {first:.0f} s")  # fmt: skip
+    header = ("round", "fault", "victim", "in_flight", "reclaimed", "settle_s", "duplicates",
+              "untracked", "locks", "not_whole", "not_running", "changed_stacks", "refused",
+              "late_saves")  # fmt: skip
+    print("\t".join(header))
+    for number in range(1, args.rounds + 1):
+        fault = faults[(number - 1) % len(faults)]
+        cluster.fill()
+        cluster.wait_settled(args.settle)
+        reclaimed = cluster.storm()
+        time.sleep(random.uniform(0, args.window))
+        struck = cluster.strike(fault)
+        settle = cluster.wait_settled(args.settle)
+        counts = cluster.check()
+        row = [number, fault, struck["victim"], struck["in_flight"], reclaimed,
+               f"{settle:.0f}", *counts.values()]  # fmt: skip
+        print("\t".join(str(cell) for cell in row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
