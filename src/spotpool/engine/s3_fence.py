@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import BinaryIO
-from urllib.parse import parse_qs, parse_qsl, quote, urlencode, urlsplit
+from urllib.parse import parse_qs, parse_qsl, quote, unquote, urlencode, urlsplit
 
 import urllib3
 from minio.credentials.credentials import Credentials
@@ -92,7 +92,7 @@ class Upstream:
 
     def key(self, path: str) -> str:
         """The key relative to the backend's root (`.pulumi/…`) of a request path."""
-        key = path.removeprefix(f"/{self.bucket}").lstrip("/")
+        key = unquote(path).removeprefix(f"/{self.bucket}").lstrip("/")
         return key.removeprefix(f"{self.prefix}/") if self.prefix else key
 
 
@@ -113,6 +113,10 @@ class _Handler(BaseHTTPRequestHandler):
         body = _decoded_body(self)
         key = fence.upstream.key(self.path.split("?", 1)[0])
         headers = {k: v for k, v in self.headers.items() if _FORWARDED.match(k.lower())}
+        encoding = [e for e in (self.headers.get("Content-Encoding") or "").split(",")
+                    if e.strip() and e.strip().lower() != "aws-chunked"]  # fmt: skip
+        if encoding:  # the object's own (aws-chunked is the framing, taken off)
+            headers["Content-Encoding"] = ",".join(e.strip() for e in encoding)
         checkpoint = bool(CHECKPOINT.match(key))
         condition = fence.condition(run, key) if checkpoint and self.command == "PUT" else {}
         reply = fence.forward(self.command, self.path, {**headers, **condition}, body)
