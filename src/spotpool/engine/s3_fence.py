@@ -102,6 +102,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         fence = self.server.fence
+        body = _decoded_body(self)  # read even when refused: the connection is kept alive
         run = fence.run_of(self.headers.get("Authorization") or "")
         why = fence.failure(run)
         if why is not None:
@@ -110,7 +111,6 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply_error(403, "AccessDenied", f"spotpool: {why}")
             return
         assert run is not None
-        body = _decoded_body(self)
         key = fence.upstream.key(self.path.split("?", 1)[0])
         headers = {k: v for k, v in self.headers.items() if _FORWARDED.match(k.lower())}
         encoding = [e for e in (self.headers.get("Content-Encoding") or "").split(",")
@@ -214,12 +214,11 @@ class S3Fence:
         self._http = urllib3.PoolManager(maxsize=8, retries=False)
         self._server = _Server(self)
         host, port = self._server.server_address[:2]
-        query = urlencode(
-            {"endpoint": f"http://{host!s}:{port}", "use_path_style": "true",
-             "region": self.upstream.region},
-        )  # fmt: skip
         prefix = f"/{self.upstream.prefix}" if self.upstream.prefix else ""
-        self.url = f"s3://{self.upstream.bucket}{prefix}?{query}"
+        self.url = (  # the shape LocalS3 and the docs give Pulumi
+            f"s3://{self.upstream.bucket}{prefix}?endpoint=http://{host!s}:{port}"
+            f"&use_path_style=true&region={self.upstream.region}"
+        )
         threading.Thread(
             target=self._server.serve_forever, name="spotpool-s3-fence", daemon=True
         ).start()
@@ -276,18 +275,23 @@ class S3Fence:
         return True
 
     def saw(self, run: _Run, key: str, method: str, reply: _Reply) -> None:
-        """Remember the checkpoint's ETag as this run last saw it (read or written)."""
+        """Keep the checkpoint's version this run builds on: the one it first read, then each
+        one it wrote. A later read does not move it — the CLI reads the checkpoint again
+        before its last save, and a version someone else wrote meanwhile must fail that save."""
         etag = reply.headers.get("ETag")
         if reply.status == 412:
             self.late_saves += 1
             log.warning("checkpoint %s not saved: another writer saved it since this run "
                         "read it (a late writer's save refused)", key)  # fmt: skip
-        elif (reply.status == 404 and method in ("GET", "HEAD")) or (
-            reply.status < 300 and method == "DELETE"
-        ):
-            run.etags[key] = ABSENT  # seen missing: a save creates it only if still missing
-        elif reply.status < 300 and etag and method != "POST":
-            run.etags[key] = etag  # a ranged read's ETag is the whole object's too
+        elif method in ("GET", "HEAD"):
+            if reply.status == 404:
+                run.etags.setdefault(key, ABSENT)  # a save creates it only if still missing
+            elif reply.status < 300 and etag:  # a ranged read's ETag is the object's too
+                run.etags.setdefault(key, etag)
+        elif reply.status < 300 and method == "DELETE":
+            run.etags[key] = ABSENT
+        elif reply.status < 300 and method == "PUT" and etag:
+            run.etags[key] = etag
 
     def forward(self, method: str, path: str, headers: dict[str, str], body: bytes) -> _Reply:
         """Send one request to the real backend, signed with the real keys."""
