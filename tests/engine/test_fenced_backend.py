@@ -35,9 +35,10 @@ def _calls(world: EngineWorld) -> list[dict[str, object]]:
 
 
 def test_a_run_that_lost_its_shard_mid_up_saves_nothing_and_calls_nothing(
-    s3_world: EngineWorld,
+    s3_world: EngineWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     world = s3_world
+    monkeypatch.setenv("PULUMI_DIY_BACKEND_GZIP", "true")  # the new holder saves as ours do
     stack = world.pool()
     stack.up(world.config(stack, 1))
     files = open_backend(world.settings.backend_url)

@@ -7,6 +7,7 @@ the run."""
 import io
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from minio import Minio
@@ -55,7 +56,7 @@ class Flag:
 def _client(fence: S3Fence, env: dict[str, str]) -> Minio:
     """An S3 client of the run, as the CLI would be: the proxy's URL and the run's keys."""
     assert env["PULUMI_BACKEND_URL"] == fence.url
-    endpoint = fence.url.split("endpoint=http://", 1)[1].split("&", 1)[0]
+    endpoint = parse_qs(urlsplit(fence.url).query)["endpoint"][0].removeprefix("http://")
     return Minio(
         endpoint,
         access_key=env["AWS_ACCESS_KEY_ID"],
