@@ -3,6 +3,7 @@ backend with the real CLI, provider and emulator: the new holder breaks its lock
 checkpoint; the old run, going on, saves nothing over it and sends the cloud nothing more — its
 provider's calls are refused by the API proxy, its saves by the fencing S3 proxy."""
 
+import os
 import threading
 import time
 
@@ -87,3 +88,22 @@ def test_a_run_that_lost_its_shard_mid_up_saves_nothing_and_calls_nothing(
         fence.refused + fence.late_saves for fence in s3_fence._fences.values()
     )
     assert refused > 0, "nothing was refused: the old run never reached the fences"
+
+
+def test_a_fenced_run_that_keeps_its_shard_converges_through_both_fences(
+    s3_world: EngineWorld,
+) -> None:
+    world = s3_world
+    stack = world.pool()
+    refused_before = api_proxy.proxy_for(world.settings.cloud_endpoint).refused
+    with fenced(lambda: None):
+        result = stack.up(world.config(stack, 2))
+        again = stack.up(world.config(stack, 2))  # the saved state read back: nothing to do
+    assert len(result.instances) == 2
+    assert not (again.changes.create or again.changes.delete or again.changes.update)
+    assert sorted(i.instance_id for i in result.instances) == sorted(world.cloud_instances(stack))
+    files = open_backend(world.settings.backend_url)
+    assert files is not None and files.keys(f"{ROOT}/locks/") == []
+    fence = s3_fence._fences[(world.settings.backend_url, os.environ["AWS_ACCESS_KEY_ID"])]
+    assert fence.runs == {} and fence.refused == 0 and fence.late_saves == 0
+    assert api_proxy.proxy_for(world.settings.cloud_endpoint).refused == refused_before
