@@ -1,8 +1,8 @@
 """The fencing S3 proxy in front of a real S3 server (versitygw), driven by a real S3 client
 signing as the admitted run (issue 33, path 3): a run's checkpoint save lands only while its
-fence passes and only if no one saved the checkpoint since the run last saw it; a run whose
-writer lost the shard, or whose operation ended, reaches nothing; the real keys never reach
-the run."""
+fence passes and only if no one saved the checkpoint since the run read it (a run with a save
+refused so ends as a failed run); a run whose writer lost the shard, or whose operation ended,
+reaches nothing; the real keys never reach the run."""
 
 import io
 from collections.abc import Iterator
@@ -12,6 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from minio import Minio
 from minio.error import S3Error
+from pulumi import automation as auto
 
 from spotpool.cluster import s3
 from spotpool.engine.backend_files import open_backend
@@ -83,7 +84,8 @@ def test_a_late_save_cannot_pass_a_later_holders_save(server: s3.LocalS3, fence:
     direct = open_backend(server.backend_url, server.env)
     assert direct is not None
     old, new = Flag(), Flag()
-    with fence.admit(old.check) as old_env, fence.admit(new.check) as new_env:
+    refused_run = pytest.raises(auto.CommandError, match="saves were refused")
+    with refused_run, fence.admit(old.check) as old_env, fence.admit(new.check) as new_env:
         old_run, new_run = _client(fence, old_env), _client(fence, new_env)
         with pytest.raises(S3Error) as missing:
             _read(old_run, server.bucket, CHECKPOINT)

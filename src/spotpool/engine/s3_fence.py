@@ -37,6 +37,7 @@ from urllib.parse import parse_qs, parse_qsl, quote, unquote, urlencode, urlspli
 import urllib3
 from minio.credentials.credentials import Credentials
 from minio.signer import sign_v4_s3
+from pulumi import automation as auto
 
 log = logging.getLogger(__name__)
 Check = Callable[[], None]  # raises when the run's writer may no longer write
@@ -56,6 +57,7 @@ _REPLY_SKIPPED = frozenset({"connection", "keep-alive", "transfer-encoding", "co
 class _Run:
     check: Check | None
     etags: dict[str, str] = field(default_factory=dict)  # checkpoint key -> ETag last seen
+    late_saves: int = 0  # its saves the backend refused: another writer saved meanwhile
 
 
 @dataclass(frozen=True)
@@ -228,7 +230,7 @@ class S3Fence:
         """Admit one Pulumi run: yields the variables that send its backend calls through this
         proxy as itself; they are forwarded while `check` passes, until the block ends."""
         token = "SPOTPOOLRUN" + secrets.token_hex(8).upper()
-        self.runs[token] = _Run(check)
+        run = self.runs[token] = _Run(check)
         try:
             yield {
                 "PULUMI_BACKEND_URL": self.url,
@@ -238,6 +240,15 @@ class S3Fence:
             }
         finally:
             self.runs.pop(token, None)
+        if run.late_saves:  # the CLI reports such a run as done (exit 0): it is not
+            raise auto.CommandError(
+                auto.CommandResult(
+                    stdout="",
+                    stderr="error: the run's checkpoint saves were refused: another writer "
+                    "saved the stack since this run read it (this run's state is not kept)",
+                    code=1,
+                )
+            )
 
     def run_of(self, authorization: str) -> _Run | None:
         found = re.search(r"Credential=([^/,\s]+)/", authorization)
@@ -281,6 +292,7 @@ class S3Fence:
         etag = reply.headers.get("ETag")
         if reply.status == 412:
             self.late_saves += 1
+            run.late_saves += 1
             log.warning("checkpoint %s not saved: another writer saved it since this run "
                         "read it (a late writer's save refused)", key)  # fmt: skip
         elif method in ("GET", "HEAD"):
