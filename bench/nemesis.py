@@ -78,6 +78,7 @@ class Cluster:
         self.proxy = StallProxy(*target_of(self.kube.kubeconfig))
         self.replicas: dict[str, OperatorWorld] = {}
         self.joined = 0
+        self.proxied = ""  # the replica that reaches the API server through the proxy
         self.namespace = ""
         self.pools: dict[str, str] = {}  # name -> uid
 
@@ -87,6 +88,7 @@ class Cluster:
         env = {"SPOTPOOL_SHARDS": str(self.args.shards),
                "SPOTPOOL_LEASE_DURATION": f"{self.args.lease}s"}  # fmt: skip
         if via_proxy:
+            self.proxied = name
             env["KUBECONFIG"] = str(
                 self.proxy.kubeconfig(self.kube.kubeconfig, self.work / "kubeconfig-via-proxy")
             )
@@ -157,16 +159,17 @@ class Cluster:
                 time.sleep(hold)
             return {"victim": name, "in_flight": in_flight}
         if fault == "partition":
-            in_flight = _open_runs(self.replicas["r1"].log)
+            in_flight = _open_runs(self.replicas[self.proxied].log)
             self.proxy.stalled.set()
             time.sleep(hold)
             self.proxy.stalled.clear()
-            return {"victim": "r1", "in_flight": in_flight}
+            return {"victim": self.proxied, "in_flight": in_flight}
         if fault == "join-leave":
-            name = random.choice([n for n in self.replicas if n != "r1"] or ["r1"])
+            others = [n for n in self.replicas if n != self.proxied]
+            name = random.choice(others or [self.proxied])
             in_flight = _open_runs(self.replicas[name].log)
             self.leave(name)
-            self.join(via_proxy=name == "r1")
+            self.join(via_proxy=name == self.proxied)
             return {"victim": name, "in_flight": in_flight}
         doomed = random.sample(sorted(self.pools), max(1, len(self.pools) // 3))
         for name in doomed:
