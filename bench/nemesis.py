@@ -86,7 +86,7 @@ class Cluster:
         self.joined += 1
         name = f"r{self.joined}"
         env = {"SPOTPOOL_SHARDS": str(self.args.shards),
-               "SPOTPOOL_LEASE_DURATION": f"{self.args.lease}s"}  # fmt: skip
+               "SPOTPOOL_LEASE_DURATION": f"{self.args.lease:.0f}s"}  # fmt: skip
         if via_proxy:
             self.proxied = name
             env["KUBECONFIG"] = str(
