@@ -121,14 +121,23 @@ class Cluster:
         return {p["metadata"]["name"]: p for p in json.loads(found)["items"]}
 
     def settled(self) -> bool:
+        """Every pool Ready, its status naming exactly its one RUNNING instance in the cloud;
+        every deleted pool gone; no lock."""
         pools = self.listed()
         if set(pools) != set(self.pools) or self.files.keys(f"{STATE}/locks/"):
             return False
+        running: dict[str, set[str]] = {}
+        for item in self.emulator.all_instances():
+            if item["InstanceState"] == "RUNNING" and not item.get("Gone"):
+                running.setdefault(_tag(item, TAG_POOL_UID), set()).add(item["InstanceId"])
         for name, pool in pools.items():
             status = pool.get("status") or {}
             if status.get("phase") != "Ready" or status.get("readyReplicas") != 1:
                 return False
             if status.get("observedGeneration") != pool["metadata"]["generation"]:
+                return False
+            named = {i["instanceId"] for i in status.get("instances") or []}
+            if len(named) != 1 or named != running.get(pool["metadata"]["uid"], set()):
                 return False
             self.pools[name] = pool["metadata"]["uid"]
         return True
