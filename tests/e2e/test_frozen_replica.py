@@ -28,9 +28,10 @@ from tests.operator.world import OperatorWorld, pool_manifest
 
 pytestmark = pytest.mark.e2e
 LEASE = 6.0  # OperatorWorld's SPOTPOOL_LEASE_DURATION
-# A RunInstances waits ~5 s for its token (0.2/s, halved between two replicas; burst 1/2):
-# long enough to freeze the replica while its call is queued in its proxy.
-API_LIMITS = "RunInstances=0.2"
+# RunInstances refills one token in 20 s (0.05/s; halved between two replicas, burst 1/2): the
+# scale-up's call, a few seconds after the first one, waits in the replica's proxy long enough
+# to freeze the replica while it is queued there.
+API_LIMITS = "RunInstances=0.05"
 WRITES = ("RunInstances", "TerminateInstances")
 INSTANCE_TYPE = "tencentcloud:Instance/instance:Instance"
 
