@@ -133,9 +133,23 @@ def launch_window(emulator: EmulatorProcess, reclaimed_at: float) -> str:
     refused = len(calls) - len(ok)
     if not ok:
         return f"no RunInstances answered OK ({refused} refused)"
+    # The fleet probe looks once a second: the reclaim is seen at its first look after it, a
+    # phase of 0-1 s that no operator change moves. Shown apart from what follows the look.
+    looks = [
+        c["Time"] - reclaimed_at
+        for c in emulator.admin_ok("GET", "/_emulator/requests?action=DescribeInstances")[
+            "Requests"]
+        if c["Time"] >= reclaimed_at and LOOP_TAG not in json.dumps(c.get("Params") or {})
+    ]  # fmt: skip
+    seen = (
+        f"; first DescribeInstances +{min(looks):.2f} s, first RunInstances "
+        f"{min(ok) - min(looks):.2f} s after it"
+        if looks
+        else "; no DescribeInstances after the reclaim"
+    )
     return (
         f"RunInstances OK {len(ok)} from +{min(ok):.1f} s to +{max(ok):.1f} s "
-        f"({len(ok) / max(max(ok) - min(ok), 0.1):.1f}/s), {refused} refused"
+        f"({len(ok) / max(max(ok) - min(ok), 0.1):.1f}/s), {refused} refused" + seen
     )
 
 
