@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 from pulumi import automation as auto
 
 from spotpool.api.notices import NONCE_TAG
+from spotpool.api.spec import ChargeType
 from spotpool.api.stackconfig import StackConfig
 from spotpool.engine.lean_stack import LeanStack
 from spotpool.engine.results import SlotOutput
@@ -99,11 +100,42 @@ def carried_over(
     config: StackConfig, state: Mapping[str, Any], owned: dict[int, str]
 ) -> StackConfig:
     """Carry the fallbacks and adoptions of the last config for the slots that kept their
-    instance: dropping either would replace that instance."""
+    instance: dropping either would replace that instance. An instance imported by a run
+    that did not finish stays adopted too (its run never exported the config naming it)."""
     previous = applied_config_in(state)
-    if previous is None:
+    if previous is not None:
+        config = config.keeping_fallbacks(previous, set(owned)).keeping_adopted(previous, owned)
+    return unrecorded_imports_kept(config, state)
+
+
+def unrecorded_imports_kept(config: StackConfig, state: Mapping[str, Any]) -> StackConfig:
+    """`config` adopting, where they are, the slots' instances the state holds as imported
+    (no `hostname` among their inputs: the program sets one on every instance it creates,
+    an import leaves what the cloud never reports back unset) that `config` does not name as
+    adopted. The import lands in the state at its step, the exported config only at the end
+    of a run that succeeds: after a run that failed or was killed in between, planning those
+    inputs now would reinstall the instance (hostname: `ResetInstance`) or replace it."""
+    imported = {
+        slot: resource
+        for resource in state.get("resources") or []
+        if resource.get("type") == SLOT_TYPE
+        and resource.get("id")
+        and "hostname" not in (resource.get("inputs") or {})
+        and (slot := slot_of_urn(resource.get("urn", ""))) is not None
+        and slot < config.count
+        and config.adopted.get(slot) != resource["id"]
+    }
+    if not imported:
         return config
-    return config.keeping_fallbacks(previous, set(owned)).keeping_adopted(previous, owned)
+    where: dict[int, tuple[str, str, ChargeType]] = {}
+    for slot, resource in imported.items():
+        inputs = resource.get("inputs") or {}
+        zone, kind = inputs.get("availabilityZone"), inputs.get("instanceType")
+        charge = inputs.get("instanceChargeType")
+        if zone in config.zones and kind in config.instance_types and charge in list(ChargeType):
+            where[slot] = (zone, kind, ChargeType(charge))  # as it is, or it would be replaced
+    adopted = {**config.adopted, **{slot: r["id"] for slot, r in imported.items()}}
+    return config.placing(where).model_copy(update={"adopted": adopted})
 
 
 def pinned(config: StackConfig, previous: StackConfig | None, slots: list[int]) -> StackConfig:
