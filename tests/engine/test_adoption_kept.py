@@ -60,6 +60,9 @@ def test_an_instance_adopted_by_a_failed_up_is_not_reset_by_the_next(
     assert stack.state_instance_ids().get(1) == fast_id  # the import was recorded
     world.emulator.admin_ok("DELETE", "/_emulator/faults")
     created = _calls(world, "RunInstances")
+    # A preview plans as the next up does: slot 2 created, the adopted instance left alone.
+    planned = stack.preview(bigger, login_password=PASSWORD).instance_changes
+    assert planned is not None and (planned.create, planned.same) == (1, 2), planned
 
     # The next up creates slot 2 and leaves the adopted instance exactly as it is.
     again = stack.up(bigger, login_password=PASSWORD, refresh=True)

@@ -23,7 +23,7 @@ from spotpool.engine.results import (
     changes_from_summary,
 )
 from spotpool.engine.stack_operation import command_reason
-from spotpool.engine.stack_state import SLOT_TYPE, state_of
+from spotpool.engine.stack_state import SLOT_TYPE, carried_over, ids_by_slot, state_of
 from spotpool.engine.stack_view import WorkspaceStack
 from spotpool.engine.stack_workspace import forget_work_dir, own_work_dir, select_stack
 
@@ -47,7 +47,10 @@ def preview(
                 stack = select_stack(pool, work_dir=work_dir, create=False)
             except auto.StackNotFoundError:
                 stack = select_stack(pool, work_dir=work_dir, backend=f"file://{tmp}")
-            nonces = plan_nonces(held_nonces(state_of(stack)), config.count)
+            state = state_of(stack)
+            # As an up plans it: the slots' fallbacks and adoptions carried over.
+            config = carried_over(config, state, ids_by_slot(state))
+            nonces = plan_nonces(held_nonces(state), config.count)
             write_config(pool, stack, config, login_password, tag=False, nonces=nonces)
             if keep_secret_inputs:
                 kept = auto.ConfigValue(json.dumps(sorted(keep_secret_inputs)))
