@@ -327,30 +327,39 @@ TOOLS.append(
     )
 )
 
+
+_PROMETHEUS_TARBALL = (
+    f"https://github.com/prometheus/prometheus/releases/download/v{PROMETHEUS_VERSION}/"
+    f"prometheus-{PROMETHEUS_VERSION}.linux-amd64.tar.gz"
+)
+
+
+def _prometheus_build(command: str) -> GoBuild:
+    """One of the prometheus module's commands, built alike (prometheus, promtool)."""
+    return GoBuild(
+        module="github.com/prometheus/prometheus",
+        version=PROMETHEUS_MODULE_VERSION,
+        package=f"github.com/prometheus/prometheus/cmd/{command}",
+        # Static scrape targets are all the tests use: no cloud service discovery (a
+        # build a third the size and time).
+        tags=["remove_all_sd"],
+        ldflags=[
+            "-s",
+            "-w",
+            _x("github.com/prometheus/common/version.Version", PROMETHEUS_VERSION),
+        ],
+    )
+
+
 TOOLS.append(
     Tool(
         name="prometheus",
         version=PROMETHEUS_VERSION,
         binary="prometheus",
         version_args=["--version"],
-        download_url=(
-            f"https://github.com/prometheus/prometheus/releases/download/v{PROMETHEUS_VERSION}/"
-            f"prometheus-{PROMETHEUS_VERSION}.linux-amd64.tar.gz"
-        ),
+        download_url=_PROMETHEUS_TARBALL,
         download_member=f"prometheus-{PROMETHEUS_VERSION}.linux-amd64/prometheus",
-        build=GoBuild(
-            module="github.com/prometheus/prometheus",
-            version=PROMETHEUS_MODULE_VERSION,
-            package="github.com/prometheus/prometheus/cmd/prometheus",
-            # Static scrape targets are all the tests use: no cloud service discovery (a
-            # build a third the size and time).
-            tags=["remove_all_sd"],
-            ldflags=[
-                "-s",
-                "-w",
-                _x("github.com/prometheus/common/version.Version", PROMETHEUS_VERSION),
-            ],
-        ),
+        build=_prometheus_build("prometheus"),
         extra_files={
             "monitoring.coreos.com_servicemonitors.yaml": (
                 "github.com/prometheus-operator/prometheus-operator",
@@ -369,22 +378,9 @@ TOOLS.append(
         version=PROMETHEUS_VERSION,
         binary="promtool",
         version_args=["--version"],
-        download_url=(
-            f"https://github.com/prometheus/prometheus/releases/download/v{PROMETHEUS_VERSION}/"
-            f"prometheus-{PROMETHEUS_VERSION}.linux-amd64.tar.gz"
-        ),
+        download_url=_PROMETHEUS_TARBALL,
         download_member=f"prometheus-{PROMETHEUS_VERSION}.linux-amd64/promtool",
-        build=GoBuild(
-            module="github.com/prometheus/prometheus",
-            version=PROMETHEUS_MODULE_VERSION,
-            package="github.com/prometheus/prometheus/cmd/promtool",
-            tags=["remove_all_sd"],
-            ldflags=[
-                "-s",
-                "-w",
-                _x("github.com/prometheus/common/version.Version", PROMETHEUS_VERSION),
-            ],
-        ),
+        build=_prometheus_build("promtool"),
         # The Prometheus Operator's PrometheusRule CRD checks the chart's rule on a cluster.
         extra_files={
             "monitoring.coreos.com_prometheusrules.yaml": (
