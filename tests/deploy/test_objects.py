@@ -283,3 +283,12 @@ def test_the_notice_url_for_instances_outside_the_cluster_and_a_load_balancer() 
     for bad in ("10.0.3.7:8090", "http://", "ftp://x", "http://a b"):
         assert "/notices/url" in refusal({"notices": {"enabled": True, "url": bad}})
     assert "/notices/serviceType" in refusal({"notices": {"serviceType": "External"}})
+
+
+def test_two_installs_in_one_namespace_have_leases_and_install_ids_of_their_own() -> None:
+    """Two releases side by side (each its own fullnameOverride) would otherwise share the Lease
+    `spotpool-operator`: one install's replicas would hold the other's shards and never serve
+    its pools, and both would tag instances with one install id."""
+    first, second = env(objects()), env(objects({"fullnameOverride": "gpu-pools"}))
+    assert first["SPOTPOOL_LEASE_NAME"] == "spotpool-operator"  # as before: upgrades keep it
+    assert second["SPOTPOOL_LEASE_NAME"] == "gpu-pools"
