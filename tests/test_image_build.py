@@ -129,7 +129,7 @@ def test_an_image_of_the_same_inputs_is_reused_without_building(
     monkeypatch.setattr(image_build, "ensure_tools", lambda say: None)
     monkeypatch.setattr(image_build, "python_base", lambda say, local_only: "localhost/base")
     monkeypatch.setattr(subprocess, "run", run)
-    image = image_build.build(ROOT, lambda line: None)
+    image = image_build.build(ROOT, lambda line: None, keep=0)
     assert not image.built
     assert image.reference == "localhost/spotpool-operator:0.1.0"
     assert ["podman", "tag", "sha256:feed", image.reference] in calls

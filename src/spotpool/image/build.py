@@ -12,6 +12,7 @@ from pathlib import Path
 from spotpool.image.base import python_base
 from spotpool.image.context import (
     DOCKERFILE,
+    INPUTS_LABEL,
     context_files,
     git_revision,
     inputs_hash,
@@ -19,10 +20,10 @@ from spotpool.image.context import (
     stage_tools,
 )
 from spotpool.image.host import Say, ensure_tools
+from spotpool.image.prune import KEEP, prune
 from spotpool.toolchain.paths import cache_root
 
 REPOSITORY = "localhost/spotpool-operator"
-INPUTS_LABEL = "io.spotpool.image.inputs"
 SOURCE = "https://github.com/spotpool/spotpool"
 # Where a proxy's CA usually is; it reaches the build as a secret, never as a layer.
 DEFAULT_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -89,6 +90,7 @@ def build(
     local_base: bool = False,
     force: bool = False,
     no_cache: bool = False,
+    keep: int = KEEP,
 ) -> Image:
     """The operator image of the tree at `root`, tagged `REPOSITORY:<version>`: built, or the
     one already built from the same inputs."""
@@ -105,6 +107,8 @@ def build(
     if existing is not None:
         subprocess.run(["podman", "tag", existing, reference], check=True)
         say(f"{reference}: up to date (inputs {inputs[:12]})")
+        if keep:
+            prune(say, keep, spare=existing)
         return Image(reference, inputs, revision, False, time.monotonic() - started)
     work = cache_root() / "image" / f"build-{inputs[:12]}"
     try:
@@ -152,4 +156,6 @@ def build(
         shutil.rmtree(work, ignore_errors=True)
     seconds = time.monotonic() - started
     say(f"{reference} built in {seconds:.0f} s")
+    if keep:
+        prune(say, keep, spare=_image_id(reference))
     return Image(reference, inputs, revision, True, seconds)

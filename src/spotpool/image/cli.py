@@ -9,6 +9,7 @@ from spotpool.image.base import BaseImageError
 from spotpool.image.build import ImageBuildError, build
 from spotpool.image.context import ContextError
 from spotpool.image.host import HostToolsMissing
+from spotpool.image.prune import KEEP
 
 app = typer.Typer(help="Build the operator image (buildah/podman).", no_args_is_help=True)
 console = Console(stderr=True)
@@ -34,6 +35,13 @@ def build_command(
     no_cache: bool = typer.Option(
         False, "--no-cache", help="build every layer again (a cold build; implies --force)"
     ),
+    keep: int = typer.Option(
+        KEEP,
+        "--keep",
+        min=0,
+        help="after the build, remove all but this many of the newest images it made "
+        "(each is ~1.1 GB); 0 keeps every one",
+    ),
 ) -> None:
     """Build the operator image (localhost/spotpool-operator:<version>), installing buildah and
     podman from the distribution's packages when missing; skipped when an image built from the
@@ -46,6 +54,7 @@ def build_command(
             local_base=local_base,
             force=force,
             no_cache=no_cache,
+            keep=keep,
         )
     except (HostToolsMissing, BaseImageError, ContextError, ImageBuildError) as err:
         console.print(f"[red]✗ image:[/] {err}")

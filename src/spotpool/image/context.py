@@ -13,6 +13,7 @@ from spotpool.toolchain.paths import pulumi_home, tool_dir
 
 DOCKERFILE = Path("operator/Dockerfile")
 DOCKERIGNORE = Path("operator/Dockerfile.dockerignore")
+INPUTS_LABEL = "io.spotpool.image.inputs"  # on each image: the hash of what it was built from
 # The files and folders the Dockerfile copies (a folder: every file under it).
 CONTEXT_PATHS = (
     "pyproject.toml",
