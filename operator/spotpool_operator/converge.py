@@ -5,7 +5,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from spotpool.api.spec import SpotpoolSpec
+from spotpool.api.spec import DriftPolicy, SpotpoolSpec
 from spotpool.api.stackconfig import StackConfig
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.replan import Replan
@@ -44,7 +44,9 @@ class Converging(PoolWork):
             config = self._config(ref, spec)
             if pool.applied is None and not pool.converged_once:
                 await self._adopt_applied(pool, ref, spec, config)
-            if config == pool.applied and not pool.replace_pending:
+            # Drift reported under Report, and the policy is Correct now: the up restores it.
+            correct = bool(pool.status.drift) and spec.drift_policy == DriftPolicy.CORRECT
+            if config == pool.applied and not pool.replace_pending and not correct:
                 ref.logger.info("spec already applied; nothing to do")
                 status = render.observed(
                     self._with_identity(pool.status, ref, spec),

@@ -13,11 +13,14 @@ import time
 from collections.abc import Callable, Iterable
 from functools import partial
 
+from spotpool.api.drift import describe_all
 from spotpool.api.placement import NoCapacity
 from spotpool.api.spec import ChargeType, SpotpoolSpec
 from spotpool.api.stackconfig import StackConfig
+from spotpool.api.status import SpotpoolStatus
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.results import OperationResult
+from spotpool_operator import drift as drift_status
 from spotpool_operator import status as render
 from spotpool_operator.capacity import Replan, live_slots
 from spotpool_operator.credentials import INLINE_WARNING
@@ -100,6 +103,7 @@ class PoolWork(PoolBook):
         previous = pool.status
         status = render.converged(pool.status, result, ref.generation, started, self.clock())
         status = render.with_surges(status, result.surges)
+        status = self._drift_after_up(ref, previous, status, slots)
         await self._write(pool, ref, status)
         self._watch(ref, pool, credentials, spec.region)
         self._post_recovered(ref, result)
@@ -119,6 +123,28 @@ class PoolWork(PoolBook):
             status.replicas,
         )  # fmt: skip
         return result
+
+    def _drift_after_up(
+        self,
+        ref: PoolRef,
+        previous: SpotpoolStatus,
+        status: SpotpoolStatus,
+        slots: list[int] | None,
+    ) -> SpotpoolStatus:
+        """A whole up set every instance back to what the spec says: the drift is gone (an
+        Event names what it restored). A targeted one replaced only `slots`."""
+        now = self.clock()
+        if slots:
+            return drift_status.without_slots(status, set(slots), ref.generation, now)
+        if not previous.drift:
+            return status
+        restored = describe_all(previous.drift)
+        self.events.post(
+            ref.event_ref(), "Normal", "DriftCorrected", f"restored: {restored}"[:1000]
+        )
+        return drift_status.undrifted(
+            status, "Corrected", f"the up restored: {restored}", ref.generation, now
+        )
 
     def _up_call(
         self, engine: PoolEngine, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec,

@@ -5,10 +5,13 @@ import asyncio
 import time
 from datetime import datetime
 
-from spotpool.api.spec import SpotpoolSpec
+from spotpool.api.drift import InstanceDrift, describe_all
+from spotpool.api.spec import DriftPolicy, SpotpoolSpec
+from spotpool.api.status import SpotpoolStatus
 from spotpool.engine import cloud_errors
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.results import OperationResult
+from spotpool_operator import drift as drift_status
 from spotpool_operator import status as render
 from spotpool_operator.engine_runner import PoolWork, visible
 from spotpool_operator.failures import PoolProblem, classify
@@ -76,9 +79,13 @@ class Reclaims(PoolWork):
                 except Exception as error:
                     await self._fail(pool, ref, pool.status, "refresh", classify(error), started)
                     raise classify(error) from None
-                await self._after_refresh(pool, ref, result, before, started)
+                await self._after_refresh(pool, ref, result, before, started, spec.drift_policy)
+                if result.drift and not pool.replace_pending:
+                    if spec.drift_policy == DriftPolicy.CORRECT:
+                        await self._correct_drift(pool, ref, spec)
+                    return  # Report: no up; the instances stay as found
             if pool.replace_pending:
-                await self._replace(pool, ref, spec)
+                await self._replace(pool, ref, spec, slots=self._keeping_drift(pool, ref, spec))
 
     async def _cloud_agrees(
         self, pool: PoolState, ref: PoolRef, credentials: Credentials, region: str
@@ -128,6 +135,43 @@ class Reclaims(PoolWork):
         ref.logger.info("instances missing in the cloud: %s", ", ".join(sorted(expected - alive)))
         return False
 
+    def _keeping_drift(self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec) -> list[int] | None:
+        """Under driftPolicy Report, a replacement fills only the slots without an instance (a
+        whole up would restore the drifted ones); None: the usual whole up."""
+        if spec.drift_policy != DriftPolicy.REPORT or not pool.status.drift:
+            return None
+        if self._config(ref, spec) != pool.applied:
+            return None  # the spec moved: the whole up applies it (and restores the drift)
+        held = {i.slot for i in pool.status.instances}
+        return [slot for slot in range(spec.desired_count()) if slot not in held] or None
+
+    async def _correct_drift(self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec) -> None:
+        """driftPolicy Correct: one up restores what the spec sets (a stopped instance is started
+        again, the same instance with its disks: see docs/drift.md)."""
+        config = self._config(ref, spec)
+        await self._up(
+            pool, ref, spec, config, "CorrectingDrift",
+            "restoring instances changed outside the operator",
+        )  # fmt: skip
+
+    def _drift_found(
+        self, pool: PoolState, ref: PoolRef, status: SpotpoolStatus, drift: list[InstanceDrift],
+        policy: DriftPolicy,
+    ) -> SpotpoolStatus:  # fmt: skip
+        """The refresh's drift on the status, with a Warning Event the first time it is seen."""
+        now = self.clock()
+        if not drift:
+            return drift_status.undrifted(
+                status, "NoDrift",
+                "the last full refresh found no instance changed outside the operator",
+                ref.generation, now,
+            )  # fmt: skip
+        if not drift_status.is_known(pool.status, drift):
+            message = drift_status.found_message(drift, policy)
+            self.events.post(ref.event_ref(), "Warning", "DriftDetected", message[:1000])
+            ref.logger.warning("drift: %s", describe_all(drift))
+        return drift_status.drifted(status, drift, policy, ref.generation, now)
+
     async def _after_refresh(
         self,
         pool: PoolState,
@@ -135,9 +179,11 @@ class Reclaims(PoolWork):
         result: OperationResult,
         before: dict[int | None, str],
         started: datetime,
+        policy: DriftPolicy = DriftPolicy.CORRECT,
     ) -> None:
         self._post_recovered(ref, result)
         status = render.refreshed(pool.status, result, started, self.clock())
+        status = self._drift_found(pool, ref, status, result.drift, policy)
         if result.gone_slots:
             self.note_reclaimed(pool, result.gone_slots)
             gone = ", ".join(

@@ -77,7 +77,7 @@ class SpotPool(pulumi.ComponentResource):
         previous = self._previous_of(slot, surge)
         return tencentcloud.instance.Instance(
             f"{self._name}-slot-{slot}{SURGE_SUFFIX if surge else ''}",
-            instance_name=f"{c.pool.namespace}-{c.pool.name}-{slot}",
+            instance_name=c.instance_name(slot),
             hostname=f"{c.pool.name}-{slot}"[:60],
             availability_zone=c.zone_of(slot),
             instance_type=c.type_of(slot),

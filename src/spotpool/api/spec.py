@@ -85,6 +85,13 @@ class DeletionPolicy(StrEnum):
     RETAIN = "Retain"
 
 
+class DriftPolicy(StrEnum):
+    """What a full refresh does about an instance changed outside the operator."""
+
+    CORRECT = "Correct"  # report it, and the next up restores what the spec says
+    REPORT = "Report"  # report it and leave it as found until the spec or the policy changes
+
+
 class DiskType(StrEnum):
     CLOUD_BSSD = "CLOUD_BSSD"
     CLOUD_PREMIUM = "CLOUD_PREMIUM"
@@ -342,6 +349,13 @@ class SpotpoolSpec(Model):
     deletion_policy: DeletionPolicy = Field(
         DeletionPolicy.DELETE,
         description="On deletion: Delete the instances, or Retain them and forget the stack.",
+    )
+    drift_policy: DriftPolicy = Field(
+        DriftPolicy.CORRECT,
+        description="An instance changed outside the operator (name, tags, security groups, "
+        "stopped), as a full refresh finds it: Correct reports it (condition DriftDetected, an "
+        "Event) and restores it with an up at once; Report reports it and leaves it as found "
+        "until the spec or this policy changes.",
     )
     paused: bool = Field(False, description="Stop all changes to this pool while true.")
     on_demand_fallback: OnDemandFallback | None = Field(

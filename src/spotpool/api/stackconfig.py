@@ -239,6 +239,10 @@ class StackConfig(Model):
         """The image of the slot's instance type, else image_id."""
         return self.image_ids.get(self.type_of(slot), self.image_id)
 
+    def instance_name(self, slot: int) -> str:
+        """The name the slot's instance carries in the console."""
+        return f"{self.pool.namespace}-{self.pool.name}-{slot}"
+
     def instance_tags(self, slot: int) -> dict[str, str]:
         return {
             **self.tags,

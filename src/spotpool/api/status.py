@@ -5,6 +5,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
+from spotpool.api.drift import InstanceDrift
 from spotpool.api.spec import Model
 
 
@@ -26,6 +27,7 @@ class ConditionType(StrEnum):
     STALLED = "Stalled"  # True when it cannot get there without a change (spec, Secret, quota)
     PROGRESSING = "Progressing"
     DEGRADED = "Degraded"
+    DRIFT_DETECTED = "DriftDetected"  # True while a refresh finds instances changed by hand
 
 
 class Instance(Model):
@@ -192,4 +194,9 @@ class SpotpoolStatus(Model):
     )
     writer: StatusWriter | None = Field(
         None, description="The replica that wrote this status, with its shard Lease's token."
+    )
+    drift: list[InstanceDrift] = Field(
+        default_factory=list,
+        description="Instances the last full refresh found changed outside the operator, with "
+        "the fields (what the spec sets, what the cloud has); see spec.driftPolicy.",
     )

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from spotpool.api.drift import InstanceDrift
 from spotpool.api.status import Changes
 
 
@@ -44,6 +45,10 @@ class OperationResult(BaseModel):
     orphan_slots: list[int] = Field(
         default_factory=list,
         description="refresh: free slots holding an orphaned instance, which the next up adopts",
+    )
+    drift: list[InstanceDrift] = Field(
+        default_factory=list,
+        description="refresh: instances changed outside the operator (what the next up restores)",
     )
     surges: list[SlotOutput] = Field(
         default_factory=list,

@@ -14,6 +14,7 @@ from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.engine import fast_launch, launch_intents, recovery, stack_preview, surges
 from spotpool.engine.config_writer import nonces_last_set, write_config
 from spotpool.engine.credentials import Credentials
+from spotpool.engine.drift import drift_in
 from spotpool.engine.errors import (
     EngineError,
     InstancesRemain,
@@ -244,6 +245,7 @@ class PoolStack:
             after = slots_in(exported)
             result.changes = changes_from_summary(reply.summary.resource_changes)
             result.gone_slots = sorted(slot for slot in before if slot not in after)
+            result.drift = drift_in(exported)
             owned = {slot: item.instance_id for slot, item in after.items()}
             previous = applied_config_in(state)
             orphans = recovery.sweep_orphans(

@@ -75,15 +75,17 @@ class EmulatorProcess:
         http = HttpProfile(endpoint=f"127.0.0.1:{self.port}", protocol="http", reqTimeout=10)
         return ClientProfile(httpProfile=http)
 
-    def cvm(self, secret_key: str | None = None, secret_id: str | None = None) -> Any:
+    def cvm(
+        self, secret_key: str | None = None, secret_id: str | None = None, region: str = REGION
+    ) -> Any:
         """A `CvmClient` exactly as a user would build one, only the endpoint changed."""
         cred = credential.Credential(secret_id or self.secret_id, secret_key or self.secret_key)
-        return cvm_client.CvmClient(cred, REGION, self._profile())
+        return cvm_client.CvmClient(cred, region, self._profile())
 
-    def common(self, service: str, version: str) -> Any:
+    def common(self, service: str, version: str, region: str = REGION) -> Any:
         """The SDK's generic client, for services whose SDK package is not installed."""
         cred = credential.Credential(self.secret_id, self.secret_key)
-        return CommonClient(service, version, cred, REGION, self._profile())
+        return CommonClient(service, version, cred, region, self._profile())
 
     # -- the admin routes (plain JSON, no signature) ---------------------------------------
     def admin(self, method: str, path: str, body: object = None) -> tuple[int, Any]:

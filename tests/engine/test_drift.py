@@ -1,0 +1,78 @@
+"""Drift found by a full refresh, for real: the pinned Pulumi engine and tencentcloud provider
+against the emulator, the instance changed the way a person changes it in the console (the
+cloud API: ModifyInstancesAttribute, ModifyResourceTags, StopInstances)."""
+
+import json
+
+import pytest
+from tencentcloud.cvm.v20170312 import models
+
+from spotpool.engine.drift import drift_in
+from spotpool.engine.stack_state import state_of
+from spotpool.engine.stack_workspace import select_stack
+from tests.emulator.harness import wait_until
+from tests.engine.conftest import REGION, EngineWorld
+
+pytestmark = pytest.mark.integration
+
+GROUPS = ["sg-11111111"]
+
+
+def console_edit(world: EngineWorld, instance_id: str) -> None:
+    """Rename, move to another security group, tag and stop the instance, as in the console."""
+    cvm = world.emulator.cvm(region=REGION)
+    modify = models.ModifyInstancesAttributeRequest()
+    modify.from_json_string(
+        json.dumps(
+            {"InstanceIds": [instance_id], "InstanceName": "by-hand", "SecurityGroups": ["sg-2"]}
+        )
+    )
+    cvm.ModifyInstancesAttribute(modify)
+    world.emulator.common("tag", "2018-08-13", region=REGION).call_json(
+        "ModifyResourceTags",
+        {
+            "Resource": f"qcs::cvm:{REGION}:uin/:instance/{instance_id}",
+            "ReplaceTags": [{"TagKey": "owner", "TagValue": "bob"}],
+        },
+    )
+    stop = models.StopInstancesRequest()
+    stop.from_json_string(json.dumps({"InstanceIds": [instance_id]}))
+    cvm.StopInstances(stop)
+
+
+def described(world: EngineWorld, instance_id: str) -> dict:  # type: ignore[type-arg]
+    (found,) = [i for i in world.emulator.all_instances() if i["InstanceId"] == instance_id]
+    return found
+
+
+def test_refresh_reports_console_edits_until_an_up_restores_them(world: EngineWorld) -> None:
+    stack = world.pool()
+    config = world.config(stack, 2, securityGroupIds=GROUPS)
+    first = stack.up(config)
+    assert stack.refresh().drift == []  # nothing changed: nothing reported
+    edited = first.instances[1].instance_id
+    console_edit(world, edited)
+    wait_until(lambda: described(world, edited)["InstanceState"] == "STOPPED", "the stop", 30)
+
+    found = stack.refresh()
+    assert [(d.slot, d.instance_id) for d in found.drift] == [(1, edited)]
+    fields = {f.field: (f.desired, f.actual) for f in found.drift[0].fields}
+    assert fields == {
+        "instanceName": ("team-a-gpu-1", "by-hand"),
+        "securityGroups": ("sg-11111111", "sg-2"),
+        "tags.owner": (None, "bob"),
+        "running": ("RUNNING", "STOPPED"),
+    }
+    # The refresh wrote the name and groups it read into the state's inputs: a second one
+    # must still see the drift (Report leaves it as found; the condition stays).
+    assert stack.refresh().drift == found.drift
+    assert drift_in(state_of(select_stack(stack))) == found.drift
+
+    stack.up(config)  # Correct: the up restores the instance in place (restarted, not replaced)
+    after = described(world, edited)
+    assert after["InstanceName"] == "team-a-gpu-1"
+    assert after["SecurityGroupIds"] == GROUPS
+    assert after["InstanceState"] == "RUNNING"
+    assert "owner" not in {t["Key"] for t in after["Tags"]}
+    assert sorted(world.cloud_instances(stack)) == sorted(i.instance_id for i in first.instances)
+    assert stack.refresh().drift == []
