@@ -29,7 +29,7 @@ BACKEND = typer.Option(None, "--backend", envvar="SPOTPOOL_BACKEND_URL", help="S
 def list_stacks(backend: str | None = BACKEND) -> None:
     """One line per pool stack: pool, stack, instances, last operation, drift at last refresh."""
     settings = _settings(backend)
-    table = Table("pool", "stack", "instances", "last operation", "drift (last refresh)")
+    table = Table("pool", "stack", "instances", "last operation", "drift (last refresh)", "drifted")
     for name in inventory.stack_names(settings):
         view = inventory.view(settings, name)
         last = view.last_operation
@@ -40,6 +40,8 @@ def list_stacks(backend: str | None = BACKEND) -> None:
             str(len(view.instances)),
             f"{last.kind} {last.result} {last.start_time:%Y-%m-%d %H:%M:%S}" if last else "-",
             f"{refresh.changes.delete} gone, {refresh.changes.update} changed" if refresh else "-",
+            ", ".join(f"slot {d.slot}: {', '.join(f.field for f in d.fields)}" for d in view.drift)
+            or "-",
         )
     console.print(table)
 

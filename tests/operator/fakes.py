@@ -16,6 +16,7 @@ from spotpool_operator.settings import OperatorSettings
 from spotpool_operator.status_write import Fence
 from tencentcloud.common.exception.tencent_cloud_sdk_exception import TencentCloudSDKException
 
+from spotpool.api.drift import InstanceDrift
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.results import OperationKind, OperationResult, SlotOutput
@@ -51,6 +52,8 @@ class FakeCloud:
 
     reclaimed: set[str] = field(default_factory=set)
     surges: dict[str, dict[int, str]] = field(default_factory=dict)  # stack -> slot -> id
+    # stack -> instances changed by hand: refresh reports them, a whole up restores them
+    drift: dict[str, list[InstanceDrift]] = field(default_factory=dict)
 
     def reclaim(self, stack: str, slot: int) -> str:
         """The cloud takes the instance away; the stack's state still lists it."""
@@ -115,6 +118,8 @@ class FakeEngine:
             )
             result.instances = self._outputs()
             self.cloud.applied[self.name] = config
+            if self.cloud.drift.pop(self.name, None):
+                result.changes = result.changes.model_copy(update={"update": 1})
             return result
         finally:
             with self.cloud.lock:
@@ -135,7 +140,11 @@ class FakeEngine:
         self.cloud.calls.append(("replace_slots", self.name))
         for slot in slots:
             self.known.pop(slot, None)
-        return self.up(config, login_password)
+        kept = [d for d in self.cloud.drift.get(self.name, []) if d.slot not in slots]
+        result = self.up(config, login_password)
+        if kept:  # only the targeted slots changed
+            self.cloud.drift[self.name] = kept
+        return result
 
     def start_surge(
         self, config: StackConfig, slots: list[int], login_password: str | None = None
@@ -175,6 +184,7 @@ class FakeEngine:
         result.gone_slots = sorted(s for s, i in self.known.items() if i in self.cloud.reclaimed)
         for slot in result.gone_slots:
             del self.known[slot]
+        result.drift = [d for d in self.cloud.drift.get(self.name, []) if d.slot in self.known]
         return result
 
     def destroy(self, remove_stack: bool = True) -> OperationResult:

@@ -12,10 +12,12 @@ from typing import Any
 from pulumi import automation as auto
 from pydantic import Field
 
+from spotpool.api.drift import InstanceDrift
 from spotpool.api.spec import Model
 from spotpool.api.stackconfig import PROJECT, StackConfig, split_stack_name
 from spotpool.api.status import Operation
 from spotpool.engine import keyserver
+from spotpool.engine.drift import drift_in
 from spotpool.engine.results import SlotOutput, changes_from_summary
 from spotpool.engine.settings import EngineSettings
 from spotpool.engine.stack_state import instances_of
@@ -32,6 +34,11 @@ class StackView(Model):
     last_operation: Operation | None = None
     last_refresh: Operation | None = Field(
         None, description="the last refresh: what it changed is the drift it found"
+    )
+    drift: list[InstanceDrift] = Field(
+        default_factory=list,
+        description="instances the last refresh found changed outside the operator: each "
+        "field as the stack sets it and as the cloud has it",
     )
 
 
@@ -76,6 +83,7 @@ def view(settings: EngineSettings, name: str) -> StackView:
         outputs = stack.outputs()
         tags = stack.list_tags()
         history = stack.history(page_size=10, show_secrets=False)
+        state = stack.export_stack().deployment or {}
     raw_config: Any = outputs["config"].value if "config" in outputs else None
     refreshes = [h for h in history if h.kind == "refresh"]
     return StackView(
@@ -87,6 +95,7 @@ def view(settings: EngineSettings, name: str) -> StackView:
         instances=instances_of(outputs),
         last_operation=_operation(history[0]) if history else None,
         last_refresh=_operation(refreshes[0]) if refreshes else None,
+        drift=drift_in(state),
     )
 
 

@@ -32,6 +32,7 @@ def to_json(previews: list[PoolPreview]) -> str:
             "error": p.error,
             "removed": p.removed,
             "batches": p.batches,
+            "drift": [d.model_dump(mode="json", by_alias=True) for d in p.drift],
         }
         for p in previews
     ]
@@ -59,6 +60,30 @@ def _batches(p: PoolPreview) -> str:
     return f"Instances replaced in {p.batches} batch(es) (spec.disruption), slots {slots}"
 
 
+def _drift_lines(p: PoolPreview) -> list[str]:
+    """The drift the pool's last refresh found, as a table: each field as the stack sets it and
+    as the cloud has it (an up of this change sets it back, whatever driftPolicy says)."""
+    if not p.drift:
+        return []
+    lines = [
+        "Drift at the last refresh (changed outside the operator; this change's up restores it):",
+        "",
+        "| slot | instance | field | stack sets | cloud has |",
+        "|---:|---|---|---|---|",
+    ]
+    for d in p.drift:
+        for f in d.fields:
+            lines.append(
+                f"| {d.slot} | `{d.instance_id}` | `{f.field}` | {_value(f.desired)} "
+                f"| {_value(f.actual)} |"
+            )
+    return [*lines, ""]
+
+
+def _value(value: str | None) -> str:
+    return "-" if value is None else f"`{value}`"
+
+
 def to_markdown(previews: list[PoolPreview]) -> str:
     lines = [
         COMMENT_MARKER,
@@ -81,6 +106,7 @@ def to_markdown(previews: list[PoolPreview]) -> str:
             lines += [_resources(p.changes) + ":", ""]
         if p.batches and not p.error:
             lines += [_batches(p) + ".", ""]
+        lines += _drift_lines(p)
         body = f"Error: {p.error}" if p.error else (p.diff.strip() or "no changes")
         lines += ["```diff" if not p.error else "```", body, "```", "", "</details>"]
     return "\n".join(lines) + "\n"
@@ -102,4 +128,6 @@ def to_text(previews: list[PoolPreview]) -> str:
             lines.append(f"  {_resources(p.changes)}")
         if p.batches:
             lines.append(f"  {_batches(p)}")
+        for d in p.drift:
+            lines.append(f"  drift at the last refresh: {d.describe()}")
     return "\n".join(lines) + "\n"

@@ -4,6 +4,7 @@ to the stack program). A failure is reported for its pool; the others still run.
 from pulumi import automation as auto
 from pydantic import BaseModel
 
+from spotpool.api.drift import InstanceDrift
 from spotpool.api.spec import DeletionPolicy
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.api.status import Changes
@@ -30,6 +31,7 @@ class PoolPreview(BaseModel):
     removed: bool = False  # the change deletes the manifest
     replaced_slots: list[int] = []  # slots whose instance the change replaces
     batches: int | None = None  # how many batches spec.disruption rolls them out in
+    drift: list[InstanceDrift] = []  # instances the last refresh found changed by hand
 
 
 def preview_manifests(
@@ -49,6 +51,7 @@ def preview_manifests(
             if stack_name in existing:
                 view = inventory.view(settings, stack_name)
                 uid, applied = view.uid or NEW_POOL_UID, view.config
+                entry.drift = view.drift
                 # The notice endpoint is the operator's setting, not the manifest's: keep the
                 # one the stack applied, or every instance would show as replaced.
                 agent = applied.notice_agent if applied else None
@@ -81,7 +84,7 @@ def preview_stacks(settings: EngineSettings, credentials: Credentials) -> list[P
         if current.config is None:
             entry.error = "the stack exports no config (never converged by this version)"
         else:
-            config = current.config
+            config, entry.drift = current.config, current.drift
             stack = PoolStack(config.pool, settings, credentials, config.region)
             _run(entry, stack, config, kept_secrets(config, config))
         results.append(entry)
