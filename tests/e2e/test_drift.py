@@ -35,13 +35,11 @@ def console_edit(world: OperatorWorld, instance_id: str) -> float:
     """Rename the instance, move it to another security group and stop it, through the cloud
     API as the console does; returns when the edit was made (monotonic)."""
     cvm = world.emulator.cvm(region=REGION)
-    modify = models.ModifyInstancesAttributeRequest()
-    modify.from_json_string(
-        json.dumps(
-            {"InstanceIds": [instance_id], "InstanceName": "by-hand", "SecurityGroups": ["sg-2"]}
-        )
-    )
-    cvm.ModifyInstancesAttribute(modify)
+    # One attribute a request, as the API takes them.
+    for attribute in ({"InstanceName": "by-hand"}, {"SecurityGroups": ["sg-2"]}):
+        modify = models.ModifyInstancesAttributeRequest()
+        modify.from_json_string(json.dumps({"InstanceIds": [instance_id], **attribute}))
+        cvm.ModifyInstancesAttribute(modify)
     stop = models.StopInstancesRequest()
     stop.from_json_string(json.dumps({"InstanceIds": [instance_id]}))
     cvm.StopInstances(stop)

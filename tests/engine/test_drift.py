@@ -21,13 +21,11 @@ GROUPS = ["sg-11111111"]
 def console_edit(world: EngineWorld, instance_id: str) -> None:
     """Rename, move to another security group, tag and stop the instance, as in the console."""
     cvm = world.emulator.cvm(region=REGION)
-    modify = models.ModifyInstancesAttributeRequest()
-    modify.from_json_string(
-        json.dumps(
-            {"InstanceIds": [instance_id], "InstanceName": "by-hand", "SecurityGroups": ["sg-2"]}
-        )
-    )
-    cvm.ModifyInstancesAttribute(modify)
+    # One attribute a request, as the API takes them.
+    for attribute in ({"InstanceName": "by-hand"}, {"SecurityGroups": ["sg-2"]}):
+        modify = models.ModifyInstancesAttributeRequest()
+        modify.from_json_string(json.dumps({"InstanceIds": [instance_id], **attribute}))
+        cvm.ModifyInstancesAttribute(modify)
     world.emulator.common("tag", "2018-08-13", region=REGION).call_json(
         "ModifyResourceTags",
         {

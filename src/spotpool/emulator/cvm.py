@@ -25,7 +25,7 @@ _RESOURCE_ID = {
 CHARGE_TYPES = ("POSTPAID_BY_HOUR", "SPOTPAID")
 
 
-def _check_id(parameter: str, value: str) -> None:
+def check_id(parameter: str, value: str) -> None:
     if not _RESOURCE_ID[parameter].match(value):
         raise invalid_value(parameter, f"`{value}` is not a well-formed id.")
 
@@ -88,15 +88,15 @@ def _check_run(ctx: Context, p: params.RunInstances) -> None:
     if not _RESOURCE_ID["ImageId"].match(p.image_id):
         raise ApiError("InvalidImageId.Malformed", f"`{p.image_id}` is not a well-formed image id.")
     for group in p.security_group_ids:
-        _check_id("SecurityGroupIds", group)
+        check_id("SecurityGroupIds", group)
     for group in p.disaster_recover_group_ids:
-        _check_id("DisasterRecoverGroupIds", group)
+        check_id("DisasterRecoverGroupIds", group)
     vpc = p.virtual_private_cloud
     if vpc is not None:
         if vpc.vpc_id != "DEFAULT":
-            _check_id("VpcId", vpc.vpc_id)
+            check_id("VpcId", vpc.vpc_id)
         if vpc.subnet_id != "DEFAULT":
-            _check_id("SubnetId", vpc.subnet_id)
+            check_id("SubnetId", vpc.subnet_id)
     if p.login_settings.password is not None:
         _check_password(p.login_settings.password)
     if p.user_data:
@@ -286,14 +286,14 @@ def describe_instances_status(ctx: Context, body: dict[str, Any]) -> dict[str, A
     }
 
 
-def _found(ctx: Context, instance_ids: list[str]) -> list[InstanceRecord]:
+def found_instances(ctx: Context, instance_ids: list[str]) -> list[InstanceRecord]:
     _check_instance_ids(instance_ids)
     return ctx.world.find(ctx.region, instance_ids)
 
 
 def terminate_instances(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     p = params.parse(params.InstanceIds, body)
-    records = _found(ctx, p.instance_ids)
+    records = found_instances(ctx, p.instance_ids)
     protected = [r.instance_id for r in records if r.disable_api_termination]
     if protected:
         raise ApiError(
@@ -304,65 +304,12 @@ def terminate_instances(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def _power(
-    operation: str, needs: str, during: str, after: str
-) -> Callable[[Context, dict[str, Any]], dict[str, Any]]:
-    """Start, Stop and Reboot differ only in the states they need and pass through."""
-
-    def handler(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
-        p = params.parse(params.InstanceIds, body)
-        records = _found(ctx, p.instance_ids)
-        for r in records:
-            if r.busy:
-                raise ApiError(
-                    "OperationDenied.InstanceOperationInProgress",
-                    f"{r.instance_id} is busy with {r.latest_operation}.",
-                )
-            if r.state != needs:
-                raise ApiError(
-                    f"UnsupportedOperation.InstanceState{r.state.capitalize()}",
-                    f"{operation} needs {needs} instances; {r.instance_id} is {r.state}.",
-                )
-        until = ctx.now + ctx.world.settings.boot_seconds
-        for r in records:
-            r.begin(operation, during, after, until, ctx.request_id)
-        ctx.world.touch(*records)
-        return {}
-
-    return handler
-
-
-def modify_instances_attribute(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
-    p = params.parse(params.ModifyInstancesAttribute, body)
-    records = _found(ctx, p.instance_ids)
-    if (
-        p.instance_name is None
-        and p.security_groups is None
-        and p.disable_api_termination is None
-        and p.host_name is None
-    ):
-        raise ApiError("MissingParameter", "Give at least one attribute to modify.")
-    for group in p.security_groups or []:
-        _check_id("SecurityGroupIds", group)
-    for r in records:
-        if p.instance_name is not None:
-            r.name = p.instance_name
-        if p.security_groups is not None:
-            r.security_group_ids = p.security_groups
-        if p.disable_api_termination is not None:
-            r.disable_api_termination = p.disable_api_termination
-        if p.host_name is not None:
-            r.host_name = p.host_name
-    ctx.world.touch(*records)
-    return {}
-
-
 def describe_instances_attributes(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     p = params.parse(params.DescribeInstancesAttributes, body)
     unknown = sorted(set(p.attributes) - {"UserData"})
     if unknown:
         raise invalid_value("Attributes", f"{', '.join(unknown)}; only UserData can be asked for.")
-    records = _found(ctx, p.instance_ids)
+    records = found_instances(ctx, p.instance_ids)
     return {
         "InstanceSet": [
             {"InstanceId": r.instance_id, "Attributes": {"UserData": r.user_data}} for r in records
@@ -431,10 +378,6 @@ ACTIONS: dict[str, Callable[[Context, dict[str, Any]], dict[str, Any]]] = {
     "DescribeInstances": describe_instances,
     "DescribeInstancesStatus": describe_instances_status,
     "TerminateInstances": terminate_instances,
-    "StartInstances": _power("StartInstances", "STOPPED", "STARTING", "RUNNING"),
-    "StopInstances": _power("StopInstances", "RUNNING", "STOPPING", "STOPPED"),
-    "RebootInstances": _power("RebootInstances", "RUNNING", "REBOOTING", "RUNNING"),
-    "ModifyInstancesAttribute": modify_instances_attribute,
     "DescribeInstancesAttributes": describe_instances_attributes,
     "DescribeImages": describe_images,
     "DescribeRegions": describe_regions,

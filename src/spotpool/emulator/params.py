@@ -126,10 +126,16 @@ class DescribeInstancesAttributes(InstanceIds):
 
 
 class ModifyInstancesAttribute(InstanceIds):
-    instance_name: str | None = Field(None, min_length=1, max_length=128)
+    instance_name: str | None = None  # at most 60 characters (InvalidInstanceName.TooLong)
     security_groups: list[str] | None = None
     disable_api_termination: bool | None = None
     host_name: str | None = None
+
+
+class StopInstances(InstanceIds):
+    stop_type: str | None = None  # SOFT (default), HARD, SOFT_FIRST
+    force_stop: bool | None = None  # disused; not together with StopType
+    stopped_mode: str | None = None  # KEEP_CHARGING (default), STOP_CHARGING
 
 
 class DescribeImages(Paging):

@@ -17,7 +17,7 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from spotpool.emulator import cvm
+from spotpool.emulator import cvm, instance_ops
 from spotpool.emulator.catalog import INSTANCE_TYPES, REGIONS, zones
 from spotpool.emulator.errors import ApiError
 from spotpool.emulator.limits import MESSAGE as LIMIT_MESSAGE
@@ -39,7 +39,7 @@ class Service:
 
 
 SERVICES: dict[str, Service] = {
-    "cvm": Service("2017-03-12", cvm.ACTIONS),
+    "cvm": Service("2017-03-12", {**cvm.ACTIONS, **instance_ops.ACTIONS}),
     "tag": Service("2018-08-13", TAG_ACTIONS, regional=False),
     "cbs": Service("2017-03-12", CBS_ACTIONS),
     "vpc": Service("2017-03-12", VPC_ACTIONS),
