@@ -3,6 +3,10 @@ against the emulator, the instance changed the way a person changes it in the co
 cloud API: ModifyInstancesAttribute, ModifyResourceTags, StopInstances)."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from tencentcloud.cvm.v20170312 import models
@@ -10,6 +14,8 @@ from tencentcloud.cvm.v20170312 import models
 from spotpool.engine.drift import drift_in
 from spotpool.engine.stack_state import state_of
 from spotpool.engine.stack_workspace import select_stack
+from spotpool.preview import report
+from spotpool.preview.run import preview_stacks
 from tests.emulator.harness import wait_until
 from tests.engine.conftest import REGION, EngineWorld
 
@@ -43,6 +49,37 @@ def described(world: EngineWorld, instance_id: str) -> dict:  # type: ignore[typ
     return found
 
 
+def shown_by_cli(world: EngineWorld, stack_name: str, edited: str) -> None:
+    """`spotpool stacks show` tells the drift from the backend alone (no cloud keys)."""
+    env = {
+        **os.environ,
+        "SPOTPOOL_BACKEND_URL": world.settings.backend_url,
+        "SPOTPOOL_WORK_DIR": str(world.settings.work_root),
+        "PULUMI_CONFIG_PASSPHRASE": "engine-tests-passphrase",
+    }
+    spotpool = str(Path(sys.executable).parent / "spotpool")
+    shown = subprocess.run(
+        [spotpool, "stacks", "show", stack_name], env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    (drift,) = json.loads(shown.stdout)["drift"]
+    assert drift["instanceId"] == edited
+    assert {"field": "instanceName", "desired": "team-a-gpu-1", "actual": "by-hand"} in (
+        drift["fields"]
+    )
+
+
+def shown_by_pr_preview(world: EngineWorld, edited: str) -> None:
+    """The PR preview lists the drift beside the change (its up would restore it)."""
+    (preview,) = preview_stacks(world.settings, world.credentials)
+    assert [d.instance_id for d in preview.drift] == [edited]
+    markdown = report.to_markdown([preview])
+    assert f"| 1 | `{edited}` | `instanceName` | `team-a-gpu-1` | `by-hand` |" in markdown
+    assert f"| 1 | `{edited}` | `running` | `RUNNING` | `STOPPED` |" in markdown
+    assert preview.instances is not None and preview.instances.update == 1  # what the up does
+
+
 def test_refresh_reports_console_edits_until_an_up_restores_them(world: EngineWorld) -> None:
     stack = world.pool()
     config = world.config(stack, 2, securityGroupIds=GROUPS)
@@ -65,6 +102,8 @@ def test_refresh_reports_console_edits_until_an_up_restores_them(world: EngineWo
     # must still see the drift (Report leaves it as found; the condition stays).
     assert stack.refresh().drift == found.drift
     assert drift_in(state_of(select_stack(stack))) == found.drift
+    shown_by_cli(world, stack.name, edited)
+    shown_by_pr_preview(world, edited)
 
     stack.up(config)  # Correct: the up restores the instance in place (restarted, not replaced)
     after = described(world, edited)
