@@ -13,15 +13,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
 
+from spotpool.api.interruptions import Learned, account_digest
 from spotpool.api.placement import Avoided, Key, NoCapacity, Offering, Slot, Wants, place
+from spotpool.api.placement_report import report
 from spotpool.api.spec import ChargeType, SpotpoolSpec
 from spotpool.api.stackconfig import StackConfig
-from spotpool.api.status import Instance
+from spotpool.api.status import Instance, Placement
 from spotpool.engine import cloud, stock
 from spotpool.engine.credentials import Credentials
+from spotpool_operator.interruptions import Learner
 
 log = logging.getLogger("spotpool_operator.capacity")
 # (credentials, region, zones, types, charge types) -> what sells: engine/stock.py, via a client.
@@ -46,8 +50,14 @@ class Capacity:
         lister: StockLister | None,
         settings: CapacitySettings | None = None,
         clock: Callable[[], float] = time.monotonic,
+        learner: Learner | None = None,
+        endpoint: str | None = None,
+        on_offerings: Callable[[str, str, Wants], None] | None = None,
     ) -> None:
         self.lister = lister
+        self.learner = learner  # interruption rates learned from reclaims (None: none)
+        self.on_offerings = on_offerings  # metrics of what each placement read
+        self.endpoint = endpoint  # the cloud's (None: Tencent Cloud): part of the account key
         self.settings = settings or CapacitySettings()
         self.clock = clock
         self._lock = threading.Lock()
@@ -80,15 +90,30 @@ class Capacity:
                 soft=frozenset(k for k, (_, hard) in current if not hard),
             )
 
-    def reclaimed(self, instances: Iterable[Instance], pool_charge: ChargeType) -> None:
-        """The cloud took these instances: their zone x type is short of stock for a while."""
-        keys = [
-            (i.zone, i.instance_type, ChargeType(i.charge_type or pool_charge))
+    def reclaimed(
+        self,
+        instances: Iterable[Instance],
+        pool_charge: ChargeType,
+        where: tuple[str, str] | None = None,
+    ) -> None:
+        """The cloud took these instances: their zone x type is short of stock for a while,
+        and (`where`: account digest, region) the learner counts an interruption there."""
+        taken: list[tuple[Key, str]] = [
+            ((i.zone, i.instance_type, ChargeType(i.charge_type or pool_charge)), i.instance_id)
             for i in instances
             if i.zone and i.instance_type
         ]
-        if keys:
-            self.avoid(keys, hard=False, why="reclaimed")
+        if taken:
+            self.avoid([key for key, _ in taken], hard=False, why="reclaimed")
+        for (zone, kind, charge), instance_id in taken:
+            if self.learner is not None and where is not None and charge is ChargeType.SPOTPAID:
+                self.learner.interrupted((*where, zone, kind), instance_id)
+
+    def learned(self, credentials: Credentials, region: str) -> dict[tuple[str, str], Learned]:
+        """(zone, type) -> learned interruptions and hours for this account and region."""
+        if self.learner is None:
+            return {}
+        return self.learner.of(account_of(credentials, self.endpoint), region)
 
     # --- stock -------------------------------------------------------------------------------
 
@@ -121,7 +146,7 @@ class Capacity:
 
     def wants(self, spec: SpotpoolSpec, credentials: Credentials, region: str) -> Wants:
         fallback = spec.on_demand_fallback
-        return Wants(
+        wants = Wants(
             zones=spec.zones(),
             types=spec.types(),
             charge_type=spec.instance_charge_type,
@@ -130,7 +155,12 @@ class Capacity:
             avoided=self.avoided(),
             strategy=spec.placement_strategy,
             max_price=float(spec.spot_max_price) if spec.spot_max_price else None,
+            learned=self.learned(credentials, region),
+            interruption_cost_hours=spec.interruption_cost_hours,
         )
+        if self.on_offerings is not None:
+            self.on_offerings(account_of(credentials, self.endpoint), region, wants)
+        return wants
 
     # --- placement ---------------------------------------------------------------------------
 
@@ -143,6 +173,7 @@ class Capacity:
         credentials: Credentials,
         region: str,
         back_to_spot: Iterable[int] = (),
+        on_report: Callable[[Placement], None] | None = None,
     ) -> StackConfig:
         """`config` with the live slots where they are and `slots` placed by stock; the
         `back_to_spot` slots (on-demand now) placed on spot, or left where they are when no
@@ -170,6 +201,8 @@ class Capacity:
             except NoCapacity:
                 if slot in live:
                     where[slot] = live[slot]
+        if on_report is not None:  # status.placement: why the instances are where they are
+            on_report(report(wants, where, datetime.now(UTC)))
         return config.placing(
             {s: (w.zone, w.instance_type, w.charge_type) for s, w in where.items()}
         )
@@ -229,6 +262,11 @@ def _fits(where: Slot, config: StackConfig) -> bool:
 
 def _slot_of(config: StackConfig, slot: int) -> Slot:
     return Slot(config.zone_of(slot), config.type_of(slot), config.charge_of(slot))
+
+
+def account_of(credentials: Credentials, endpoint: str | None) -> str:
+    """The account part of a learned rate's key: a digest of the SecretId (and endpoint)."""
+    return account_digest(credentials.secret_id.get_secret_value(), endpoint)
 
 
 def _account(credentials: Credentials) -> str:

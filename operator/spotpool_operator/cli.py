@@ -171,6 +171,14 @@ def run(
         help="After a reclaim or a no-stock answer, place new instances elsewhere than that "
         "zone and instance type for this long (seconds, or 30s/3m).",
     ),
+    interruption_half_life: str = typer.Option(
+        "6h",
+        "--interruption-half-life",
+        envvar="SPOTPOOL_INTERRUPTION_HALF_LIFE",
+        help="Learned interruption rates (reclaims and notices per instance-hour, per zone and "
+        "type, kept in the ConfigMap <lease-name>-interruptions) count an interruption this "
+        "long ago half (seconds, or 30m/6h).",
+    ),
     api_limit: list[str] = typer.Option(
         [],
         "--api-limit",
@@ -401,6 +409,7 @@ def run(
             full_refresh_every=full_refresh_every,
             probe=ProbeSettings(budget=probe_budget),
             avoid_seconds=_duration(avoid_for, "--avoid-for"),
+            interruption_half_life=_duration(interruption_half_life, "--interruption-half-life"),
             lease_name=lease_name,
             operator_class=operator_class,
             lease_namespace=lease_home,

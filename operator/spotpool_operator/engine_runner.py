@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 
 from spotpool.api.drift import describe_all
+from spotpool.api.interruptions import OfferingKey
 from spotpool.api.placement import NoCapacity
 from spotpool.api.spec import ChargeType, SpotpoolSpec
 from spotpool.api.stackconfig import StackConfig
@@ -22,7 +23,7 @@ from spotpool.engine.credentials import Credentials
 from spotpool.engine.results import OperationResult
 from spotpool_operator import drift as drift_status
 from spotpool_operator import status as render
-from spotpool_operator.capacity import Replan, live_slots
+from spotpool_operator.capacity import Replan, account_of, live_slots
 from spotpool_operator.credentials import INLINE_WARNING
 from spotpool_operator.engine_types import NO_CREDENTIALS, CloudLookup, EngineFactory, PoolEngine
 from spotpool_operator.failures import PoolProblem, classify
@@ -155,11 +156,33 @@ class PoolWork(PoolBook):
 
     def note_reclaimed(self, pool: PoolState, slots: Iterable[int]) -> None:
         """The cloud took these slots' instances (spot ones): placement avoids their zone x
-        type for a while."""
+        type for a while, and learns an interruption there."""
         if self.capacity is not None:
             gone = set(slots)
             instances = [i for i in pool.status.instances if i.slot in gone]
-            self.capacity.reclaimed(instances, ChargeType.SPOTPAID)
+            self.capacity.reclaimed(instances, ChargeType.SPOTPAID, self.where(pool))
+
+    def where(self, pool: PoolState) -> tuple[str, str] | None:
+        """(account digest, region) of a pool, once its credentials worked."""
+        region = pool.latest.spec.get("region") if pool.latest is not None else None
+        if pool.credentials is None or not isinstance(region, str):
+            return None
+        return account_of(pool.credentials, self.settings.engine.cloud_endpoint), region
+
+    def running_spot(self) -> dict[OfferingKey, int]:
+        """Spot instances running now per (account, region, zone, type), over every pool
+        served: the instance-hours the learned rates divide by."""
+        running: dict[OfferingKey, int] = {}
+        for pool in list(self.pools.values()):
+            where = self.where(pool)
+            if where is None:
+                continue
+            for i in pool.status.instances:
+                spot = (i.charge_type or ChargeType.SPOTPAID) == ChargeType.SPOTPAID
+                if spot and i.state == "RUNNING" and i.zone and i.instance_type:
+                    key = (*where, i.zone, i.instance_type)
+                    running[key] = running.get(key, 0) + 1
+        return running
 
     async def _placed(
         self,
@@ -178,7 +201,7 @@ class PoolWork(PoolBook):
         try:
             placed = await asyncio.to_thread(
                 self.capacity.plan, spec, config, live, wanted, credentials, spec.region,
-                pool.back_to_spot,
+                pool.back_to_spot, partial(setattr, pool, "placement"),
             )  # fmt: skip
         except NoCapacity as error:
             raise PoolProblem(

@@ -26,10 +26,13 @@ import kopf
 
 from spotpool.api.spec import GROUP, PLURAL, VERSION
 from spotpool_operator.failures import PoolProblem
+from spotpool_operator.interruptions import keep_learning
 from spotpool_operator.kopf_storage import ServedDiffBaseStorage, ServedProgressStorage, Serves
 from spotpool_operator.notice_server import NoticeServer
 from spotpool_operator.pools import PoolRef, operator_class
 from spotpool_operator.reconciler import Reconciler
+
+log = logging.getLogger("spotpool_operator.handlers")
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 BLOCKING_THREADS = 32  # the event loop's pool for blocking calls (Secrets, status, SDK)
@@ -168,6 +171,15 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
             memo["probe"] = asyncio.create_task(reconciler.probe.run(), name="fleet-probe")
         if reconciler.strays is not None:
             memo["strays"] = asyncio.create_task(reconciler.strays.run(), name="stray-sweep")
+        learner = reconciler.capacity.learner if reconciler.capacity is not None else None
+        if learner is not None:
+            try:  # what earlier runs and the other replicas learned, before the first placement
+                await asyncio.to_thread(learner.load)
+            except Exception as error:  # placement works without it; keep_learning retries
+                log.warning("reading the interruption counts failed: %s", type(error).__name__)
+            memo["learner"] = asyncio.create_task(
+                keep_learning(learner, reconciler.running_spot), name="interruption-learner"
+            )
         if settings.notice_port:
             server = NoticeServer(reconciler, settings.notice_host, settings.notice_port)
             await server.start()
@@ -183,7 +195,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
         server = memo.get("notices")
         if isinstance(server, NoticeServer):
             await server.stop()
-        for name in ("strays", "probe", "shards"):
+        for name in ("learner", "strays", "probe", "shards"):
             task = memo.get(name)
             if isinstance(task, asyncio.Task):
                 task.cancel()

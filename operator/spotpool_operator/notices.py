@@ -20,7 +20,8 @@ from spotpool.api.notices import (
     slot_token,
     time_problem,
 )
-from spotpool.api.status import AcceptedNotice, Checkpoint, Surge
+from spotpool.api.spec import ChargeType
+from spotpool.api.status import AcceptedNotice, Checkpoint, Instance, Surge
 from spotpool_operator import status as render
 from spotpool_operator.engine_runner import PoolWork
 from spotpool_operator.failures import PoolProblem, classify
@@ -95,8 +96,18 @@ class Notices(PoolWork):
             termination_time=report.termination_utc(),
             received_time=received,
         )
+        self._learn_notice(pool, instance)
         pool.wake.set()
         return "accepted", 202, "replacement starting"
+
+    def _learn_notice(self, pool: PoolState, instance: Instance) -> None:
+        """A notice is an interruption of its zone x type (its reclaim later counts no more)."""
+        learner = self.capacity.learner if self.capacity is not None else None
+        where = self.where(pool)
+        spot = (instance.charge_type or ChargeType.SPOTPAID) == ChargeType.SPOTPAID
+        if learner and where and spot and instance.zone and instance.instance_type:
+            key = (*where, instance.zone, instance.instance_type)
+            learner.interrupted(key, instance.instance_id)
 
     def receive_checkpoint(
         self, body: bytes, signature: str, now: float | None = None

@@ -160,6 +160,8 @@ class PoolBook(EngineCalls):
     async def _write(self, pool: PoolState, ref: PoolRef, status: SpotpoolStatus) -> None:
         if self.prices is not None and self.serving(ref):  # what its instances cost now
             status = await self.prices.price_async(status, pool.credentials, ref.spec, pool.status)
+        if pool.placement is not None and status.placement != pool.placement:
+            status = status.model_copy(update={"placement": pool.placement})
         before, pool.status = pool.status, status
         if not self.serving(ref):
             return  # the shard's new holder writes the status now

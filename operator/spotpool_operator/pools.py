@@ -9,7 +9,7 @@ from typing import Any
 
 from spotpool.api.spec import GROUP, KIND, VERSION
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
-from spotpool.api.status import AcceptedNotice, Checkpoint, SpotpoolStatus
+from spotpool.api.status import AcceptedNotice, Checkpoint, Placement, SpotpoolStatus
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.disruption import DO_NOT_DISRUPT, parse_do_not_disrupt
 
@@ -90,6 +90,7 @@ class PoolState:
     last_activity: float = field(default_factory=time.monotonic)
     checks: int = 0  # reclaim checks made (every so many is a full refresh)
     gone_slots: set[int] = field(default_factory=set)  # the fleet probe saw these go
+    placement: Placement | None = None  # the last placement's ranking (status.placement)
     wake: asyncio.Event = field(default_factory=asyncio.Event)  # set when gone_slots grows
     # On-demand fallbacks: since when each slot is on-demand, since when spot stock has been
     # seen selling without a break (the hysteresis of the way back), slots moving back now.

@@ -8,6 +8,7 @@ from functools import partial
 
 import kopf
 
+from spotpool.api.placement_report import offerings
 from spotpool.api.stackconfig import PoolIdentity
 from spotpool.engine import cloud
 from spotpool.engine.credentials import Credentials
@@ -22,8 +23,10 @@ from spotpool_operator.cloudcheck import cloud_lookup
 from spotpool_operator.cost import PriceBook, price_lister
 from spotpool_operator.events import DirectEvents, KopfEvents
 from spotpool_operator.fleet import FleetProbe
+from spotpool_operator.interruptions import ConfigMapStore, Learner, LearnerSettings
 from spotpool_operator.kube import KubeCluster
 from spotpool_operator.metrics import Metrics
+from spotpool_operator.offering_metrics import OfferingMetrics
 from spotpool_operator.reconciler import Reconciler
 from spotpool_operator.settings import OperatorSettings
 from spotpool_operator.shards import ShardLeases
@@ -73,6 +76,17 @@ def run(settings: OperatorSettings) -> None:
         return PoolStack(pool, engine_settings, credentials, region, progress)
 
     prices = PriceBook(price_lister(endpoint))
+    offering_metrics = OfferingMetrics(metrics.registry)
+    learner = Learner(
+        ConfigMapStore(
+            cluster.core(),
+            settings.lease_namespace or "default",
+            f"{settings.lease_name}-interruptions",
+        ),
+        writer=host,  # a pod's name: each replica writes its own key of the ConfigMap
+        settings=LearnerSettings(half_life=settings.interruption_half_life),
+        on_sync=offering_metrics.observe_learned,
+    )
     reconciler = Reconciler(
         settings=settings,
         cluster=cluster,
@@ -85,6 +99,11 @@ def run(settings: OperatorSettings) -> None:
         capacity=Capacity(
             prices.sharing(stock_lister(endpoint)),
             CapacitySettings(avoid_seconds=settings.avoid_seconds),
+            learner=learner,
+            endpoint=endpoint,
+            on_offerings=lambda account, region, wants: offering_metrics.observe_offerings(
+                account, region, offerings(wants)
+            ),
         ),
         prices=prices,
     )

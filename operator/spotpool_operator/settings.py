@@ -33,6 +33,12 @@ class OperatorSettings(BaseModel):
         description="After a reclaim or a no-stock answer, avoid that zone x instance type "
         "for this long when placing new instances (Karpenter's three minutes).",
     )
+    interruption_half_life: float = Field(
+        6 * 3600.0,
+        gt=0,
+        description="Seconds after which a learned interruption counts half (placement's "
+        "interruption rates per zone x instance type).",
+    )
     rate_limits: RateLimits = Field(
         default_factory=RateLimits, description="Tencent Cloud API calls a second per action."
     )

@@ -29,6 +29,10 @@ LAZY_COMMANDS = {
         "spotpool_operator.shards_cli:shards",
         "Which replica holds which shards and how many pools each serves.",
     ),
+    "offerings": LazyCommand(
+        "spotpool_operator.offerings_cli:offerings",
+        "Each zone x type's spot price, stock and learned interruption rate, ranked.",
+    ),
     "toolchain": LazyCommand(
         "spotpool.toolchain.cli:app", "Install and inspect the pinned upstream tools."
     ),

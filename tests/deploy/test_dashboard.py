@@ -9,9 +9,11 @@ import pytest
 from prometheus_client import generate_latest
 from spotpool_deploy import chart
 from spotpool_operator.metrics import Metrics
+from spotpool_operator.offering_metrics import OfferingMetrics
 from spotpool_operator.shards import ShardMetrics
 
-from spotpool.api.status import Instance, Phase, SpotpoolStatus
+from spotpool.api.interruptions import Learned
+from spotpool.api.status import Instance, Phase, PlacedOffering, SpotpoolStatus
 from spotpool.engine.ratelimit import Buckets
 from tests.deploy.dashboard_queries import exposed, panels, problems, queries
 from tests.deploy.rendered import objects, refusal
@@ -87,6 +89,12 @@ def test_every_query_parses_and_names_what_the_operator_exports(
     metrics.observe_failure("up", "ResourceInsufficient")
     metrics.observe_cloud_call("DescribeInstances", "ok")
     metrics.reclaim_to_replaced.observe(2.5)
+    offerings = OfferingMetrics(metrics.registry)  # the runner registers them beside
+    row = PlacedOffering(zone="ap-singapore-2", instance_type="GN7.2XLARGE32", price=0.6,
+                         stock="EnoughStock")  # fmt: skip
+    offerings.observe_offerings("acct", "ap-singapore", [row])
+    offerings.observe_learned({("acct", "ap-singapore", "ap-singapore-2", "GN7.2XLARGE32"):
+                               Learned(2, 3)})  # fmt: skip
 
     assert problems(dashboard, exposed(generate_latest(metrics.registry).decode())) == []
     # the panels the issue names are all there

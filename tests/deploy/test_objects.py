@@ -89,16 +89,30 @@ def test_leases_only_in_the_operators_namespace_and_only_what_holding_one_takes(
                 "apiGroups": ["coordination.k8s.io"],
                 "resources": ["leases"],
                 "verbs": ["get", "list", "create", "update", "delete"],
-            }
+            },
+            *INTERRUPTION_RULES,
         ]  # fmt: skip  membership and shard Leases: held, listed, dead members' deleted
+
+
+# The learned interruption rates: one ConfigMap in the operator's namespace, made once, then
+# only read and replaced (a create cannot name its object; get and update can).
+INTERRUPTION_RULES = [
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+    {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "resourceNames": ["spotpool-operator-interruptions"],
+        "verbs": ["get", "update"],
+    },
+]
 
 
 def test_no_rule_grants_wildcards_deletes_pods_nodes_leases_or_peering() -> None:
     for values in ({}, {"watchNamespaces": ["team-a"]}):
         for obj in objects(values):
             for rule in obj.get("rules", []):
-                if rule["apiGroups"] == ["coordination.k8s.io"]:
-                    continue  # the Lease: the test above
+                if rule["apiGroups"] == ["coordination.k8s.io"] or rule in INTERRUPTION_RULES:
+                    continue  # the Lease Role's: the test above
                 assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
                 assert not {"delete", "deletecollection", "create", "update", "escalate",
                             "bind", "impersonate"} & set(rule["verbs"]) - (

@@ -6,7 +6,9 @@ stock (DescribeZoneInstanceConfigInfos), pure rules with no I/O.
   price is above the pool's max price; one that was just reclaimed (avoided, not hard) only
   when nothing else sells. Then, by the placement strategy: enough stock before little
   (UnderStock) and then the lower spot price (priceCapacityOptimized), stock alone
-  (capacityOptimized), or price alone (lowestPrice); then the spec's type order, the zone with
+  (capacityOptimized), price alone (lowestPrice), or stock and then the expected cost per
+  useful instance-hour: the price and the interruption rate learned there
+  (lowestInterruptionCost, api/interruptions.py); then the spec's type order, the zone with
   fewest of the pool's instances, the spec's zone order.
 - With on-demand fallback, a slot no spot offering can fill (nothing left but avoided or sold
   out ones) is created POSTPAID_BY_HOUR, at most `max_on_demand` of them in the pool.
@@ -21,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from spotpool.api.interruptions import Learned, expected_cost
 from spotpool.api.spec import ChargeType
 from spotpool.api.spec import PlacementStrategy as Strategy
 
@@ -110,6 +113,23 @@ class Wants:
     avoided: Avoided = field(default_factory=Avoided)
     strategy: Strategy = Strategy.PRICE_CAPACITY_OPTIMIZED
     max_price: float | None = None  # spotMaxPrice: no spot offering priced above it
+    # Learned interruptions and instance-hours per (zone, type); missing: none seen.
+    learned: Mapping[tuple[str, str], Learned] = field(default_factory=dict)
+    interruption_cost_hours: float = 1.0  # spec.interruptionCostHours
+
+    def score(self, key: Key, offering: Offering | None) -> float:
+        """What the strategy compares after stock: the spot price, or for
+        lowestInterruptionCost the expected cost per useful instance-hour (inf: unknown)."""
+        if offering is None or offering.price is None:
+            return math.inf
+        if self.strategy is not Strategy.LOWEST_INTERRUPTION_COST or key[2] != ChargeType.SPOTPAID:
+            return offering.price  # an on-demand instance is not taken back
+        return expected_cost(offering.price, self.rate(key), self.interruption_cost_hours)
+
+    def rate(self, key: Key) -> float:
+        """Learned interruptions per instance-hour of a spot offering (0: none seen)."""
+        learned = self.learned.get((key[0], key[1]))
+        return learned.rate if learned is not None else 0.0
 
     def too_dear(self, offering: Offering | None) -> bool:
         """A spot offering whose reported price is above the max price (unknown: not)."""
@@ -134,7 +154,7 @@ def _rank(wants: Wants, key: Key, offering: Offering | None, t_index: int) -> Ra
     prices rank after known ones; the strategy decides which of stock and price count."""
     stock = offering.stock if offering is not None else Stock.UNKNOWN
     short = int(stock <= Stock.UNDER)
-    price = offering.price if offering is not None and offering.price is not None else math.inf
+    price = wants.score(key, offering)
     if wants.strategy is Strategy.CAPACITY_OPTIMIZED:
         price = 0.0
     elif wants.strategy is Strategy.LOWEST_PRICE:

@@ -78,6 +78,7 @@ class PlacementStrategy(StrEnum):
     CAPACITY_OPTIMIZED = "capacityOptimized"
     PRICE_CAPACITY_OPTIMIZED = "priceCapacityOptimized"
     LOWEST_PRICE = "lowestPrice"
+    LOWEST_INTERRUPTION_COST = "lowestInterruptionCost"
 
 
 class DeletionPolicy(StrEnum):
@@ -320,11 +321,22 @@ class SpotpoolSpec(Model):
         description="Highest hourly spot price to pay, as a decimal string; unset = market.",
     )
     placement_strategy: PlacementStrategy = Field(
-        PlacementStrategy.PRICE_CAPACITY_OPTIMIZED,
-        description="Where new spot slots go: priceCapacityOptimized (offerings with stock to "
-        "spare first, then the lowest spot price), capacityOptimized (stock, then the "
-        "instanceTypes order) or lowestPrice (the lowest spot price among offerings that "
-        "sell). Never an offering priced above spotMaxPrice.",
+        PlacementStrategy.LOWEST_INTERRUPTION_COST,
+        description="Where new spot slots go: lowestInterruptionCost (offerings with stock to "
+        "spare first, then the lowest expected cost per useful instance-hour: the spot price "
+        "and the interruption rate the operator learned there, each interruption costing "
+        "interruptionCostHours; with nothing learned, the lowest price), "
+        "priceCapacityOptimized (stock to spare first, then the lowest spot price), "
+        "capacityOptimized (stock, then the instanceTypes order) or lowestPrice (the lowest "
+        "spot price among offerings that sell). Never an offering priced above spotMaxPrice.",
+    )
+    interruption_cost_hours: float = Field(
+        1.0,
+        ge=0,
+        le=1000,
+        description="What one interruption (a reclaim) costs the pool, in instance-hours of "
+        "its price: the boot, the work since the last checkpoint, the gap. lowestInterruption"
+        "Cost ranks an offering by price x (1 + learned interruptions an hour x this).",
     )
     system_disk: SystemDisk = Field(default_factory=SystemDisk, description="System disk.")
     internet_accessible: InternetAccessible = Field(

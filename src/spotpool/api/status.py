@@ -160,6 +160,41 @@ class Surge(Model):
     state: str | None = Field(None, description="The replacement's state as the cloud says.")
 
 
+class PlacedOffering(Model):
+    """One zone x type a new slot of the pool may go to, as placement ranked it."""
+
+    zone: str = Field(description="Availability zone.")
+    instance_type: str = Field(description="CVM instance type.")
+    price: float | None = Field(None, description="Spot price an hour (None: not reported).")
+    stock: str | None = Field(
+        None, description="EnoughStock, NormalStock, UnderStock, WithoutStock or SoldOut."
+    )
+    interruption_rate: float = Field(
+        0.0, ge=0, description="Reclaims and notices learned per instance-hour run there."
+    )
+    observed_hours: float = Field(
+        0.0, ge=0, description="Instance-hours the operator saw run there (decayed)."
+    )
+    score: float | None = Field(
+        None,
+        description="What the strategy compared after stock: the expected cost per useful "
+        "instance-hour (lowestInterruptionCost) or the spot price.",
+    )
+    instances: int = Field(0, ge=0, description="The pool's instances there now.")
+    note: str | None = Field(None, description="Why it is not tried, or tried last.")
+
+
+class Placement(Model):
+    """Why the pool's instances are where they are: the ranking its last placement used."""
+
+    strategy: str = Field(description="spec.placementStrategy at that placement.")
+    time: datetime | None = Field(None, description="When new slots were last placed.")
+    message: str = Field("", description="Where new slots go, and why.")
+    offerings: list[PlacedOffering] = Field(
+        default_factory=list, description="The pool's zone x type offerings, best first."
+    )
+
+
 class SpotpoolStatus(Model):
     size: int = Field(0, description="Instances that exist (the article's field).")
     instances: list[Instance] = Field(default_factory=list, description="The pool's instances.")
@@ -177,6 +212,9 @@ class SpotpoolStatus(Model):
         "the cloud takes the slot's instance.",
     )
     notices: Notices = Field(default_factory=Notices)
+    placement: Placement | None = Field(
+        None, description="Why the instances are where they are (the last placement's ranking)."
+    )
     on_demand_replicas: int = Field(
         0, description="Instances running on-demand (POSTPAID_BY_HOUR): a spot pool's fallbacks."
     )

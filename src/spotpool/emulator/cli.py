@@ -15,6 +15,7 @@ import typer
 from aiohttp import web
 
 from spotpool.emulator.limits import LimitSettings
+from spotpool.emulator.reclaim_rates import parse_rates
 from spotpool.emulator.server import Emulator, build_app
 from spotpool.emulator.store import CloudStore
 from spotpool.emulator.world import Settings, World
@@ -45,6 +46,16 @@ def serve(
     boot_seconds: float = typer.Option(5.0, min=0, help="PENDING → RUNNING and other transitions."),
     reclaim_rate: float = typer.Option(
         0.0, min=0, help="Random spot reclaims, per running spot instance per hour."
+    ),
+    reclaim_rates: list[str] = typer.Option(
+        [],
+        "--reclaim-rates",
+        help="Random spot reclaims of one zone x type, per running instance per hour, in place "
+        "of --reclaim-rate there: ZONE/TYPE=RATE/h, e.g. ap-guangzhou-3/GN7.2XLARGE32=6/h "
+        "(repeat for more).",
+    ),
+    seed: int | None = typer.Option(
+        None, help="Seed of the random reclaims (the same seed draws the same sequence)."
     ),
     reclaim_notice_seconds: float = typer.Option(
         0.0, min=0, help="How long a reclaimed instance keeps running after its notice."
@@ -89,8 +100,16 @@ def serve(
         except (OSError, ValueError) as error:
             raise typer.BadParameter(str(error), param_hint="--spot-prices") from None
 
+    try:
+        rates = parse_rates(reclaim_rates)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--reclaim-rates") from None
     emulator = Emulator(
-        world, reclaim_rate_per_hour=reclaim_rate, limits=LimitSettings(enabled=rate_limits)
+        world,
+        reclaim_rate_per_hour=reclaim_rate,
+        limits=LimitSettings(enabled=rate_limits),
+        reclaim_rates=rates,
+        seed=seed,
     )
     asyncio.run(_serve(emulator, host, port, state))
 

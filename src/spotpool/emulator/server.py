@@ -23,6 +23,7 @@ from spotpool.emulator.errors import ApiError
 from spotpool.emulator.limits import MESSAGE as LIMIT_MESSAGE
 from spotpool.emulator.limits import LimitSettings, RequestLimits
 from spotpool.emulator.price_routes import add_price_routes
+from spotpool.emulator.reclaim_rates import ReclaimRates
 from spotpool.emulator.requestlog import REQUEST_LOG_SIZE, recorded
 from spotpool.emulator.services import CBS_ACTIONS, TAG_ACTIONS, VPC_ACTIONS, Handler
 from spotpool.emulator.signature import Caller, SignedRequest, scope_service, verify
@@ -111,13 +112,16 @@ class Emulator:
         world: World,
         reclaim_rate_per_hour: float = 0.0,
         limits: LimitSettings | None = None,
+        reclaim_rates: dict[tuple[str, str], float] | None = None,
+        seed: int | None = None,
     ) -> None:
         self.world = world
         self.faults: list[Fault] = []
         # Tencent's per-action request limits, when switched on (limits.py).
         self.limits = RequestLimits(limits or LimitSettings())
         self.reclaim_rate_per_hour = reclaim_rate_per_hour
-        self._random = random.Random()
+        self.reclaim_rates = ReclaimRates(reclaim_rate_per_hour, reclaim_rates)
+        self._random = random.Random(seed)
         # Every API call's arrival: what a test checks rate limits against.
         self.requests: deque[dict[str, Any]] = deque(maxlen=REQUEST_LOG_SIZE)
 
@@ -353,23 +357,22 @@ class Emulator:
 
     # -- random reclaims -------------------------------------------------------------------
     async def reclaim_at_random(self, app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(self._reclaim_loop()) if self.reclaim_rate_per_hour > 0 else None
+        task = asyncio.create_task(self._reclaim_loop()) if self.reclaim_rates.any() else None
         yield
         if task is not None:
             task.cancel()
 
     async def _reclaim_loop(self) -> None:
-        chance_per_second = self.reclaim_rate_per_hour / 3600
         while True:
             await asyncio.sleep(1)
             self.world.advance()
             doomed = [
                 r
-                for r in self.world.store.instances.values()
+                for r in sorted(self.world.store.instances.values(), key=lambda r: r.instance_id)
                 if r.spot
                 and r.state == "RUNNING"
                 and r.reclaim_at is None
-                and self._random.random() < chance_per_second
+                and self._random.random() < self.reclaim_rates.per_second(r.zone, r.instance_type)
             ]
             if doomed:
                 self.world.reclaim(doomed)

@@ -185,8 +185,10 @@ def start_emulator(
     reclaim_notice_seconds: float = 0.0,
     secret_id: str = SECRET_ID,
     secret_key: str = SECRET_KEY,
+    extra_args: list[str] | None = None,
 ) -> EmulatorProcess:
-    """Start `spotpool emulator serve` on a free loopback port and wait until it is healthy."""
+    """Start `spotpool emulator serve` on a free loopback port and wait until it is healthy
+    (`extra_args`: more options, e.g. --reclaim-rates, --spot-prices, --seed)."""
     port = free_port()
     # The key goes through the environment, as the CLI recommends: argv is visible to `ps`.
     env = {**os.environ, "TENCENTCLOUD_SECRET_KEY": secret_key}
@@ -210,6 +212,7 @@ def start_emulator(
                 str(reclaim_rate),
                 "--reclaim-notice-seconds",
                 str(reclaim_notice_seconds),
+                *(extra_args or []),
             ],
             stdin=subprocess.DEVNULL,
             stdout=log_file,

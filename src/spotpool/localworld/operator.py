@@ -276,7 +276,11 @@ class OperatorWorld:
 
 @contextmanager
 def local_world(
-    work: Path, boot_seconds: float = 1.0, notice_seconds: float = 0.0, **options: Any
+    work: Path,
+    boot_seconds: float = 1.0,
+    notice_seconds: float = 0.0,
+    emulator_args: list[str] | None = None,
+    **options: Any,
 ) -> Iterator[OperatorWorld]:
     """The whole local world in `work`: `spotpool cluster up` with the CRD, an emulator, a file
     backend and an OperatorWorld over them (`options`: its fields; not started yet). Every
@@ -292,7 +296,7 @@ def local_world(
     try:
         emulator = start_emulator(
             work / "cloud.db", work / "emulator.log", boot_seconds=boot_seconds,
-            reclaim_notice_seconds=notice_seconds,
+            reclaim_notice_seconds=notice_seconds, extra_args=emulator_args,
         )  # fmt: skip
         kube = Kube(state.kubeconfig, tool_status(TOOLS_BY_NAME["kubectl"]).path)
         kube.ok("apply", "-f", str(ROOT / "crds" / "devops.jokerbai.com_spotpools.yaml"))
