@@ -365,20 +365,23 @@ class Emulator:
     async def _reclaim_loop(self) -> None:
         while True:
             await asyncio.sleep(1)
-            self.world.advance()
-            doomed = [
-                r
-                for r in sorted(self.world.store.instances.values(), key=lambda r: r.instance_id)
-                if r.spot
-                and r.state == "RUNNING"
-                and r.reclaim_at is None
-                and self._random.random() < self.reclaim_rates.per_second(r.zone, r.instance_type)
-            ]
-            if doomed:
-                self.world.reclaim(doomed)
-                log.info(
-                    "admin=random-reclaim instances=%s", ",".join(r.instance_id for r in doomed)
-                )
+            self.reclaim_step()
+
+    def reclaim_step(self) -> list[str]:
+        """One second of random reclaims: each running spot instance at its zone x type's rate."""
+        self.world.advance()
+        doomed = [
+            r
+            for r in sorted(self.world.store.instances.values(), key=lambda r: r.instance_id)
+            if r.spot
+            and r.state == "RUNNING"
+            and r.reclaim_at is None
+            and self._random.random() < self.reclaim_rates.per_second(r.zone, r.instance_type)
+        ]
+        if doomed:
+            self.world.reclaim(doomed)
+            log.info("admin=random-reclaim instances=%s", ",".join(r.instance_id for r in doomed))
+        return [r.instance_id for r in doomed]
 
 
 def build_app(emulator: Emulator) -> web.Application:

@@ -1,0 +1,103 @@
+"""Learned interruption rates move placement, end to end (real kube-apiserver, operator
+process, Pulumi engine, tencentcloud provider, emulator): two pools over a cheap and a dear
+zone start in the cheap one; after the cloud reclaims there, the lowestInterruptionCost pool's
+replacement goes to the dear, calm zone while the lowestPrice pool's goes back to the cheap one
+(the operator avoids nothing here: --avoid-for 0, so only the learned rate differs). The counts
+reach the install's ConfigMap and its metrics, and a restarted operator still knows them."""
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from spotpool.localworld.kube import Kube
+from tests.e2e.conftest import operator_world
+from tests.operator.world import OperatorWorld, pool_manifest
+
+pytestmark = pytest.mark.e2e
+TYPE = "S5.MEDIUM2"
+CHEAP, DEAR = "ap-singapore-3", "ap-singapore-2"
+CONFIGMAP = "spotpool-operator-interruptions"
+
+
+@pytest.fixture(scope="module")
+def world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorWorld]:
+    directory = tmp_path_factory.mktemp("learned")
+    with operator_world(
+        kube, directory, refresh_seconds=10, env={"SPOTPOOL_AVOID_FOR": "0"}
+    ) as world:
+        yield world
+
+
+def zones(status: dict[str, Any]) -> dict[str, str]:
+    return {str(i["instanceId"]): str(i["zone"]) for i in status.get("instances") or []}
+
+
+def reclaim_and_wait(world: OperatorWorld, ns: str, name: str) -> dict[str, Any]:
+    """Reclaim the pool's one instance through the emulator; its status once replaced."""
+    (victim,) = zones(world.status(ns, name))
+    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [victim]})
+
+    def replaced() -> dict[str, Any] | None:
+        status = world.status(ns, name)
+        now = zones(status)
+        return status if now and victim not in now and status.get("readyReplicas") == 1 else None
+
+    status: dict[str, Any] = world.wait_until(replaced, f"{name}'s replacement", timeout=180)
+    return status
+
+
+def stored_counts(world: OperatorWorld) -> dict[str, Any]:
+    result = world.kube.run("-n", "default", "get", "configmap", CONFIGMAP, "-o", "json")
+    if result.returncode != 0:
+        return {}
+    counts: dict[str, Any] = {}
+    for key, text in (json.loads(result.stdout).get("data") or {}).items():
+        if key.startswith("writer."):
+            for offering, tally in json.loads(text).items():
+                if offering.endswith(f"/{CHEAP}/{TYPE}") and tally["interruptions"] > 0:
+                    counts[offering] = tally
+    return counts
+
+
+def test_learned_rates_move_new_slots_to_the_calm_zone_and_survive_a_restart(
+    world: OperatorWorld,
+) -> None:
+    for zone, price in ((CHEAP, 0.006), (DEAR, 0.01)):  # the cheap zone 40 % cheaper
+        world.emulator.admin_ok(
+            "POST", "/_emulator/prices", {"Zone": zone, "InstanceType": TYPE, "Price": price}
+        )
+    ns = world.namespace()
+    shape = {"availabilityZones": [DEAR, CHEAP], "instanceType": TYPE, "replicas": 1,
+             "refreshInterval": "10s"}  # fmt: skip
+    world.apply(ns, pool_manifest("learned", **shape))  # the default: lowestInterruptionCost
+    world.apply(ns, pool_manifest("price", placementStrategy="lowestPrice", **shape))
+    for name in ("learned", "price"):
+        pool = world.wait_ready(ns, name, 1)
+        assert list(zones(pool["status"]).values()) == [CHEAP]  # nothing learned yet: price
+
+    price_status = reclaim_and_wait(world, ns, "price")
+    assert list(zones(price_status).values()) == [CHEAP]  # price alone goes back
+    learned_status = reclaim_and_wait(world, ns, "learned")
+    assert list(zones(learned_status).values()) == [DEAR]  # the rate learned moved it
+
+    placement = learned_status["placement"]
+    assert placement["strategy"] == "lowestInterruptionCost"
+    assert placement["message"].startswith(f"new slots go to {DEAR} {TYPE}")
+    ranked = {o["zone"]: o for o in placement["offerings"]}
+    assert [o["zone"] for o in placement["offerings"]] == [DEAR, CHEAP]
+    assert ranked[CHEAP]["interruptionRate"] > 0 and ranked[DEAR]["interruptionRate"] == 0
+    assert ranked[DEAR]["instances"] == 1
+
+    # kept where a restart (and another replica) finds it, and exported
+    counts = world.wait_until(lambda: stored_counts(world), "the counts in the ConfigMap", 90)
+    assert sum(t["interruptions"] for t in counts.values()) >= 2
+    metrics = world.metrics()
+    assert "spotpool_offering_interruption_rate{" in metrics and CHEAP in metrics
+
+    world.stop()
+    world.start()
+    world.apply(ns, pool_manifest("after", **shape))
+    after = world.wait_ready(ns, "after", 1)
+    assert list(zones(after["status"]).values()) == [DEAR]  # the restart still knew
