@@ -2,7 +2,8 @@
 DescribeZoneInstanceConfigInfos per key pair, region and spec shape), the offerings to avoid
 for a while after a reclaim or a no-stock answer (like Karpenter's three minutes), and where a
 pool's new slots go (the pure rules are spotpool.api.placement): by stock, then by the spot
-price the same look-up reports, never above spotMaxPrice (spec.placementStrategy).
+price the same look-up reports and the interruption rates the learner counted from the reclaims
+seen here (interruptions.py), never above spotMaxPrice (spec.placementStrategy).
 
 A failed stock look-up never blocks a create: placement then ranks by the spec's order and the
 avoidances alone, as if every offering sold.

@@ -132,8 +132,9 @@ def offerings(
             )
         credentials = Credentials(secret_id=SecretStr(secret_id), secret_key=SecretStr(secret_key))
         zones, types = zone, instance_type
-    try:
-        seconds = parse_duration(half_life)
+    try:  # as the operator's flag: plain seconds, or 30m / 6h
+        seconds = float(half_life) if half_life.replace(".", "", 1).isdigit() else None
+        seconds = seconds if seconds is not None else parse_duration(half_life)
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--interruption-half-life") from None
     client = cloud.cvm(credentials, region, cloud_endpoint or None)
@@ -157,7 +158,10 @@ def offerings(
     if output is Output.json:
         typer.echo(json.dumps([r.model_dump(mode="json", by_alias=True) for r in rows], indent=2))
         return
-    Console().print(_table(rows, region, strategy))
+    console = Console()
+    if not console.is_terminal:  # piped or logged: whole lines, not the default 80 columns
+        console = Console(width=200)
+    console.print(_table(rows, region, strategy))
 
 
 def _table(rows: list[PlacedOffering], region: str, strategy: PlacementStrategy) -> Table:

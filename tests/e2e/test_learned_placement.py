@@ -6,11 +6,14 @@ replacement goes to the dear, calm zone while the lowestPrice pool's goes back t
 reach the install's ConfigMap and its metrics, and a restarted operator still knows them."""
 
 import json
+import os
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from spotpool.localworld.emulator import SECRET_ID, SECRET_KEY, SPOTPOOL
 from spotpool.localworld.kube import Kube
 from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, pool_manifest
@@ -95,6 +98,20 @@ def test_learned_rates_move_new_slots_to_the_calm_zone_and_survive_a_restart(
     assert sum(t["interruptions"] for t in counts.values()) >= 2
     metrics = world.metrics()
     assert "spotpool_offering_interruption_rate{" in metrics and CHEAP in metrics
+
+    # `spotpool offerings` reads the same: price, stock and the learned rate, ranked
+    env = {**os.environ, "KUBECONFIG": str(world.kube.kubeconfig),
+           "TENCENTCLOUD_SECRET_ID": SECRET_ID, "TENCENTCLOUD_SECRET_KEY": SECRET_KEY}  # fmt: skip
+    listed = subprocess.run(
+        [str(SPOTPOOL), "offerings", "--region", "ap-singapore", "--zone", CHEAP, "--zone", DEAR,
+         "--instance-type", TYPE, "--cloud-endpoint", world.emulator.endpoint,
+         "--lease-namespace", "default", "--output", "json"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [(r["zone"], r["price"]) for r in rows] == [(DEAR, 0.01), (CHEAP, 0.006)]
+    assert rows[1]["interruptionRate"] > 0 and rows[1]["stock"] == "EnoughStock"
 
     world.stop()
     world.start()
