@@ -7,8 +7,10 @@ in a fresh world (new cluster, emulator, backend, learner ConfigMap) with the sa
 
 Time runs `--speedup` times faster than on the real cloud, and every duration of the model is
 scaled with it: reclaim rates (by default A 2/h and B 0.2/h of real time become 24/h and 2.4/h),
-the pools' `interruptionCostHours` (1 h real -> 5 min), the operator's `--avoid-for` and
-`--interruption-half-life`. Figures are in bench time.
+the pools' `interruptionCostHours` (1 h real -> 5 min) and the operator's
+`--interruption-half-life`. Figures are in bench time. The operator's `--avoid-for` is 0 by
+default in both runs, so that only the strategies differ (`--avoid-for 15` is the default 3 min
+scaled: the fleet-wide avoidance after each reclaim then keeps most of both runs out of A).
 
 Measured from the emulator's own view every second, after every pool first converged:
 - reclaims: instances the emulator reclaimed in the window, per zone;
@@ -17,7 +19,7 @@ Measured from the emulator's own view every second, after every pool first conve
   its zone's price (the work a reclaim throws away), the spend the strategy is judged on.
 
     .venv/bin/python bench/placement.py [--pools 20] [--minutes 10] [--seed 7]
-        [--runs lowestPrice,lowestInterruptionCost] [--avoid-for 0]
+        [--runs lowestPrice,lowestInterruptionCost] [--avoid-for 0] [--speedup 12]
 """
 
 import argparse
@@ -115,7 +117,7 @@ def one_run(strategy: str, args: argparse.Namespace, work: Path) -> Tally:
     emulator_args = ["--spot-prices", str(prices), "--seed", str(args.seed)]
     for rate in rates:
         emulator_args += ["--reclaim-rates", rate]
-    avoid = args.avoid_for if args.avoid_for is not None else 180 / k
+    avoid = args.avoid_for
     env = {
         "SPOTPOOL_AVOID_FOR": f"{avoid:g}",
         "SPOTPOOL_INTERRUPTION_HALF_LIFE": f"{6 * 3600 / k:g}",
@@ -152,8 +154,8 @@ def main() -> None:
     parser.add_argument("--speedup", type=float, default=12.0, help="bench time / real time")
     parser.add_argument("--rate-a", type=float, default=2.0, help="zone A reclaims/h, real time")
     parser.add_argument("--cost-hours", type=float, default=1.0, help="per reclaim, real time")
-    parser.add_argument("--avoid-for", type=float, default=None,
-                        help="seconds (bench time); default 3 min real time, scaled")  # fmt: skip
+    parser.add_argument("--avoid-for", type=float, default=0.0,
+                        help="operator --avoid-for, bench seconds (both runs)")  # fmt: skip
     parser.add_argument("--runs", default="lowestPrice,lowestInterruptionCost")
     args = parser.parse_args()
     results = []
