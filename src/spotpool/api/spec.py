@@ -12,6 +12,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from spotpool.api.identity import AssumeRole
+
 GROUP = "devops.jokerbai.com"
 VERSION = "v1"
 KIND = "Spotpool"
@@ -37,8 +39,10 @@ SPEC_RULES: list[tuple[str, str]] = [
     ),
     ("has(self.secretId) == has(self.secretKey)", "secretId and secretKey go together"),
     (
-        "has(self.credentialsSecretRef) || has(self.secretId)",
-        "set credentialsSecretRef (recommended) or the inline secretId and secretKey",
+        "has(self.credentialsSecretRef) || has(self.secretId) || "
+        "(has(self.useOperatorIdentity) && self.useOperatorIdentity)",
+        "set credentialsSecretRef (recommended), the inline secretId and secretKey, or "
+        "useOperatorIdentity: true (no keys: the operator's service-account token)",
     ),
     (
         "!has(self.refreshInterval) || duration(self.refreshInterval) >= duration('10s')",
@@ -54,6 +58,12 @@ SPEC_RULES: list[tuple[str, str]] = [
     (
         "!has(self.subnetIds) || (has(self.vpcId) && self.vpcId != 'DEFAULT')",
         "subnetIds needs the vpcId the subnets belong to",
+    ),
+    (
+        "!(has(self.useOperatorIdentity) && self.useOperatorIdentity) || "
+        "(!has(self.credentialsSecretRef) && !has(self.secretId))",
+        "useOperatorIdentity takes no keys: remove credentialsSecretRef and secretId/secretKey, "
+        "or set useOperatorIdentity to false",
     ),
 ]
 MIN_REFRESH_SECONDS = 10
@@ -120,6 +130,11 @@ class CredentialsSecretRef(Model):
     )
     secret_id_key: str = Field("secretId", description="Key of the SecretId in the Secret.")
     secret_key_key: str = Field("secretKey", description="Key of the SecretKey in the Secret.")
+    token_key: str = Field(
+        "token",
+        description="Key of the STS token in the Secret, read when present: temporary keys "
+        "(TmpSecretId/TmpSecretKey) need their token.",
+    )
 
 
 class SystemDisk(Model):
@@ -307,7 +322,20 @@ class SpotpoolSpec(Model):
         "defaults to minimum.",
     )
     credentials_secret_ref: CredentialsSecretRef | None = Field(
-        None, description="Secret with the API key pair (recommended over inline keys)."
+        None,
+        description="Secret with the API key pair, and the token when the keys are temporary "
+        "(recommended over inline keys).",
+    )
+    assume_role: AssumeRole | None = Field(
+        None,
+        description="A CAM role to assume (STS AssumeRole) with the Secret's keys or, when "
+        "useOperatorIdentity is set, with the operator's own identity; the pool's instances "
+        "run in the role's account. Temporary keys are renewed before they expire.",
+    )
+    use_operator_identity: bool = Field(
+        False,
+        description="Reach the cloud as the operator itself: its service-account token "
+        "exchanged for the install's role (AssumeRoleWithWebIdentity); no Secret at all.",
     )
     availability_zones: list[ZONE] | None = Field(
         None, max_length=10, description="Zones to spread instances over, in slot order."
@@ -448,12 +476,16 @@ def _holds(rule: str, spec: SpotpoolSpec) -> bool:
         SPEC_RULES[2][0]: bool(spec.availability_zone or spec.availability_zones),
         SPEC_RULES[3][0]: bool(spec.instance_type or spec.instance_types),
         SPEC_RULES[4][0]: (spec.secret_id is None) == (spec.secret_key is None),
-        SPEC_RULES[5][0]: spec.credentials_secret_ref is not None or spec.secret_id is not None,
+        SPEC_RULES[5][0]: spec.credentials_secret_ref is not None
+        or spec.secret_id is not None
+        or spec.use_operator_identity,
         SPEC_RULES[6][0]: spec.refresh_interval is None
         or not spec.refresh_interval
         or parse_duration(spec.refresh_interval) >= MIN_REFRESH_SECONDS,
         SPEC_RULES[7][0]: len(spec.availability_zones or []) <= 1 or spec.subnet_id == "DEFAULT",
         SPEC_RULES[8][0]: not spec.subnet_ids or spec.vpc_id != "DEFAULT",
+        SPEC_RULES[9][0]: not spec.use_operator_identity
+        or (spec.credentials_secret_ref is None and spec.secret_id is None),
     }
     return bool(checks[rule])
 

@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from pydantic import BaseModel
 
 from spotpool.children import tied_to_parent
+from spotpool.cluster.oidc import ISSUER, write_jwks
 from spotpool.ports import free_port
 from spotpool.toolchain.manifest import TOOLS_BY_NAME
 from spotpool.toolchain.paths import tool_dir
@@ -185,7 +186,7 @@ def up(directory: Path, tie_to_parent: bool = False) -> ClusterState:
             "--authorization-mode=RBAC",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-issuer={ISSUER}",
             "--service-cluster-ip-range=10.96.0.0/24",
             "--v=0",
         ],
@@ -230,6 +231,7 @@ def up(directory: Path, tie_to_parent: bool = False) -> ClusterState:
         down(directory)
         raise
     _write_kubeconfig(state.kubeconfig, server, token, ca, "admin")
+    write_jwks(directory)  # the public keys of its service-account issuer, for a cloud to trust
     return state
 
 

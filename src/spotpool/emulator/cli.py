@@ -14,6 +14,7 @@ from typing import Any
 import typer
 from aiohttp import web
 
+from spotpool.emulator.iam import IamSettings
 from spotpool.emulator.limits import LimitSettings
 from spotpool.emulator.reclaim_rates import parse_rates
 from spotpool.emulator.server import Emulator, build_app
@@ -81,6 +82,19 @@ def serve(
         "random step of at most this fraction (0: prices stay put).",
     ),
     price_drift_seconds: float = typer.Option(60.0, min=0.1, help="Period of a drift step."),
+    iam: Path | None = typer.Option(
+        None,
+        help="Identities beyond the emulator's own key pair (account 100000000001): a JSON "
+        "{Keys: [{Account, SecretId, SecretKey}], Roles: [{Account, RoleName, TrustedAccounts, "
+        "TrustedOidc: [{Issuer, Subjects}], ExternalId}], OidcProviders: [{Name, Issuer, "
+        "ClientIds, Jwks}]}; also settable at /_emulator/iam.",
+    ),
+    sts_max_lifetime: int | None = typer.Option(
+        None,
+        min=1,
+        help="STS temporary keys live at most this many seconds, whatever DurationSeconds "
+        "asks (tests of renewal use a minute; unset: as asked, up to 12 h).",
+    ),
 ) -> None:
     """Serve the Tencent Cloud API 3.0 (cvm, tag, cbs, vpc) and the /_emulator admin routes."""
     logging.basicConfig(
@@ -94,6 +108,13 @@ def serve(
     )
     world = World(CloudStore(state), settings)
     world.prices.drift, world.prices.drift_seconds = price_drift, price_drift_seconds
+    if iam is not None:
+        try:
+            world.iam.configure(IamSettings.model_validate_json(iam.read_bytes()))
+        except (OSError, ValueError) as error:
+            raise typer.BadParameter(str(error), param_hint="--iam") from None
+    if sts_max_lifetime is not None:
+        world.iam.max_lifetime = sts_max_lifetime
     if spot_prices is not None:
         try:
             world.prices.load(spot_prices)

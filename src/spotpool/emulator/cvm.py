@@ -144,6 +144,7 @@ def _new_instance(ctx: Context, p: params.RunInstances) -> InstanceRecord:
     market = p.instance_market_options
     return InstanceRecord(
         instance_id=world.new_id("ins-"),
+        account=ctx.account,
         uuid=str(uuid.uuid4()),
         region=ctx.region,
         zone=p.placement.zone,
@@ -262,7 +263,7 @@ def describe_instances(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     if p.instance_ids and p.filters:
         raise ApiError("InvalidParameterCombination", "Give InstanceIds or Filters, not both.")
     _check_instance_ids(p.instance_ids)
-    records = ctx.world.live(ctx.region)
+    records = ctx.world.live(ctx.region, ctx.account)
     if p.instance_ids:
         wanted = set(p.instance_ids)
         records = [r for r in records if r.instance_id in wanted]
@@ -274,7 +275,7 @@ def describe_instances(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 def describe_instances_status(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     p = params.parse(params.DescribeInstancesStatus, body)
     _check_instance_ids(p.instance_ids)
-    records = ctx.world.live(ctx.region)
+    records = ctx.world.live(ctx.region, ctx.account)
     if p.instance_ids:
         records = [r for r in records if r.instance_id in set(p.instance_ids)]
     page = records[p.offset : p.offset + p.limit]
@@ -288,7 +289,7 @@ def describe_instances_status(ctx: Context, body: dict[str, Any]) -> dict[str, A
 
 def found_instances(ctx: Context, instance_ids: list[str]) -> list[InstanceRecord]:
     _check_instance_ids(instance_ids)
-    return ctx.world.find(ctx.region, instance_ids)
+    return ctx.world.find(ctx.region, instance_ids, ctx.account)
 
 
 def terminate_instances(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:

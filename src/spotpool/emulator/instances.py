@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from spotpool.emulator.catalog import INSTANCE_TYPES, InstanceType, image_os_name
+from spotpool.emulator.iam import DEFAULT_ACCOUNT
 
 GONE = "GONE"  # not a cloud state: the instance has left DescribeInstances
 
@@ -47,6 +48,7 @@ class InstanceRecord(BaseModel):
     disk_tags: dict[str, dict[str, str]] = Field(default_factory=dict)
     disable_api_termination: bool = False
     cam_role_name: str = ""
+    account: str = DEFAULT_ACCOUNT  # the account (uin) it was launched in
     disaster_recover_group_id: str = ""  # a placement group (ps-...)
     created: float
 
@@ -192,6 +194,7 @@ class InstanceRecord(BaseModel):
         view.update(
             Region=self.region,
             Zone=self.zone,
+            Account=self.account,
             Gone=self.gone,
             GoneReason=self.gone_reason,
             GoneTime=iso(self.gone_at) if self.gone_at else None,

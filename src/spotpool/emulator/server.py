@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from spotpool.emulator import cvm, instance_ops
 from spotpool.emulator.catalog import INSTANCE_TYPES, REGIONS, zones
 from spotpool.emulator.errors import ApiError
+from spotpool.emulator.iam import DEFAULT_ACCOUNT, Principal
+from spotpool.emulator.iam_routes import add_iam_routes
 from spotpool.emulator.limits import MESSAGE as LIMIT_MESSAGE
 from spotpool.emulator.limits import LimitSettings, RequestLimits
 from spotpool.emulator.price_routes import add_price_routes
@@ -27,6 +29,7 @@ from spotpool.emulator.reclaim_rates import ReclaimRates
 from spotpool.emulator.requestlog import REQUEST_LOG_SIZE, recorded
 from spotpool.emulator.services import CBS_ACTIONS, TAG_ACTIONS, VPC_ACTIONS, Handler
 from spotpool.emulator.signature import Caller, SignedRequest, scope_service, verify
+from spotpool.emulator.sts import STS_ACTIONS, UNSIGNED_ACTIONS
 from spotpool.emulator.world import Context, World
 
 log = logging.getLogger("spotpool.emulator")
@@ -44,6 +47,7 @@ SERVICES: dict[str, Service] = {
     "tag": Service("2018-08-13", TAG_ACTIONS, regional=False),
     "cbs": Service("2017-03-12", CBS_ACTIONS),
     "vpc": Service("2017-03-12", VPC_ACTIONS),
+    "sts": Service("2018-08-13", STS_ACTIONS, regional=False),
 }
 API_HOST_SUFFIX = ".tencentcloudapi.com"
 _SERVICE_NAME = re.compile(r"^[a-z0-9]+$")
@@ -136,20 +140,12 @@ class Emulator:
         params: dict[str, Any] | None = None
         try:
             body = await request.read()
-            caller = verify(
-                SignedRequest(
-                    method=request.method,
-                    path=request.rel_url.path or "/",
-                    query=request.rel_url.raw_query_string,
-                    headers=headers,
-                    body=body,
-                ),
-                self.world.settings.keys,
-                time.time(),
-            )
+            caller, principal = self._caller(request, headers, body, action)
             service_name = caller.service
             params = self._params(request, body)
-            reply = await self._serve(caller, action, headers, params, request, request_id)
+            reply = await self._serve(
+                caller, principal, action, headers, params, request, request_id
+            )
             code = "OK"
         except ApiError as error:
             code = error.code
@@ -181,9 +177,31 @@ class Emulator:
         )
         return _api_reply(reply)
 
+    def _caller(
+        self, request: web.Request, headers: dict[str, str], body: bytes, action: str
+    ) -> tuple[Caller, Principal | None]:
+        """Who signed the call (a temporary key's token checked too); an unsigned call only
+        for the STS actions that take none (Authorization: SKIP)."""
+        now = time.time()
+        if headers.get("authorization") == "SKIP" and action in UNSIGNED_ACTIONS:
+            return Caller(secret_id="", service="sts"), None
+        caller = verify(
+            SignedRequest(
+                method=request.method,
+                path=request.rel_url.path or "/",
+                query=request.rel_url.raw_query_string,
+                headers=headers,
+                body=body,
+            ),
+            self.world.iam.secret_keys,
+            now,
+        )
+        return caller, self.world.iam.principal(caller.secret_id, headers.get("x-tc-token"), now)
+
     async def _serve(
         self,
         caller: Caller,
+        principal: Principal | None,
         action: str,
         headers: dict[str, str],
         params: dict[str, Any],
@@ -219,10 +237,15 @@ class Emulator:
             raise ApiError("MissingParameter", "The request is missing the X-TC-Region header.")
         if region and region not in REGIONS:
             raise ApiError("UnsupportedRegion", f"The region `{region}` is not supported.")
-        if not self.limits.admit(caller.secret_id, region, service_name, action, time.monotonic()):
+        # Limits are the account's (a role's temporary keys share its account's buckets).
+        account = principal.account if principal else ""
+        if not self.limits.admit(account, region, service_name, action, time.monotonic()):
             raise ApiError("RequestLimitExceeded", LIMIT_MESSAGE)
         await self._inject_faults(service_name, action)
-        ctx = Context(world=self.world, region=region, request_id=request_id, now=time.time())
+        ctx = Context(
+            world=self.world, region=region, request_id=request_id, now=time.time(),
+            account=principal.account if principal else DEFAULT_ACCOUNT, principal=principal,
+        )  # fmt: skip
         return handler(ctx, params)
 
     @staticmethod
@@ -404,4 +427,5 @@ def build_app(emulator: Emulator) -> web.Application:
     app.router.add_route("GET", "/", emulator.api)
     app.cleanup_ctx.append(emulator.reclaim_at_random)
     add_price_routes(app, emulator.world)
+    add_iam_routes(app, emulator.world)
     return app

@@ -18,13 +18,17 @@ _RESOURCE = re.compile(
 
 
 def _owned_disks(ctx: Context) -> list[tuple[InstanceRecord, Disk]]:
-    return [(r, d) for r in ctx.world.live(ctx.region) for d in (r.system_disk, *r.data_disks)]
+    return [
+        (r, d)
+        for r in ctx.world.live(ctx.region, ctx.account)
+        for d in (r.system_disk, *r.data_disks)
+    ]
 
 
 def _tags_of(
     ctx: Context, region: str, prefix: str, resource_id: str
 ) -> tuple[InstanceRecord, dict[str, str]] | None:
-    for r in ctx.world.live(region):
+    for r in ctx.world.live(region, ctx.account):
         if prefix == "instance" and r.instance_id == resource_id:
             return r, r.tags
         if prefix == "volume" and resource_id in {
@@ -151,7 +155,7 @@ def describe_used_ip_address(ctx: Context, body: dict[str, Any]) -> dict[str, An
     p = params.parse(params.DescribeUsedIpAddress, body)
     used = [
         r
-        for r in ctx.world.live(ctx.region)
+        for r in ctx.world.live(ctx.region, ctx.account)
         if r.vpc_id == p.vpc_id and (p.subnet_id is None or r.subnet_id == p.subnet_id)
     ]
     if p.ip_addresses:

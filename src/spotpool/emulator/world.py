@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spotpool.emulator.errors import not_found
+from spotpool.emulator.iam import DEFAULT_ACCOUNT, Iam, Principal
 from spotpool.emulator.instances import GONE, InstanceRecord
 from spotpool.emulator.prices import SpotPrices
 from spotpool.emulator.store import CloudStore
@@ -31,6 +32,8 @@ class Context:
     region: str
     request_id: str
     now: float
+    account: str = DEFAULT_ACCOUNT  # where the call lands: accounts see only their own
+    principal: Principal | None = None  # who signed it (None: an unsigned STS call)
 
 
 class World:
@@ -41,11 +44,12 @@ class World:
         self.settings = settings
         self.clock = clock
         self.prices = SpotPrices()  # spot price per zone x type (set by `serve`, admin routes)
+        self.iam = Iam(settings.keys)  # accounts, roles, temporary keys (iam.py)
         self._next_due = 0.0  # nothing changes state before this moment
         # Describe calls dominate: keep each instance's API view and each region's live list
         # until something changes them.
         self._views: dict[str, dict[str, Any]] = {}
-        self._live: dict[str, list[InstanceRecord]] | None = None
+        self._live: dict[tuple[str, str], list[InstanceRecord]] | None = None
 
     # -- reading ---------------------------------------------------------------------------
     def advance(self) -> None:
@@ -73,15 +77,15 @@ class World:
         ]
         self._next_due = min(due, default=float("inf"))
 
-    def live(self, region: str) -> list[InstanceRecord]:
-        """The region's instances that DescribeInstances shows, oldest first."""
+    def live(self, region: str, account: str = DEFAULT_ACCOUNT) -> list[InstanceRecord]:
+        """The region's instances of `account` that DescribeInstances shows, oldest first."""
         self.advance()
         if self._live is None:
             self._live = {}
             for r in self.store.instances.values():
                 if not r.gone:
-                    self._live.setdefault(r.region, []).append(r)
-        return list(self._live.get(region, ()))
+                    self._live.setdefault((r.account, r.region), []).append(r)
+        return list(self._live.get((account, region), ()))
 
     def view(self, record: InstanceRecord) -> dict[str, Any]:
         """The instance as the API shows it (shared: callers must not change it)."""
@@ -95,9 +99,11 @@ class World:
             self._views.pop(r.instance_id, None)
         self._live = None
 
-    def find(self, region: str, instance_ids: Iterable[str]) -> list[InstanceRecord]:
+    def find(
+        self, region: str, instance_ids: Iterable[str], account: str = DEFAULT_ACCOUNT
+    ) -> list[InstanceRecord]:
         """Exactly these instances, or InvalidInstanceId.NotFound naming the missing ones."""
-        by_id = {r.instance_id: r for r in self.live(region)}
+        by_id = {r.instance_id: r for r in self.live(region, account)}
         wanted = list(dict.fromkeys(instance_ids))
         missing = [i for i in wanted if i not in by_id]
         if missing:

@@ -1,0 +1,55 @@
+"""How a pool reaches the cloud without long-lived keys: a CAM role to assume, and the name
+rules of role ARNs (pure data, shared by the spec, the engine and the docs)."""
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+# qcs::cam::uin/100001234567:roleName/spotpool-launcher (the form CAM shows for a role)
+ROLE_ARN = r"^qcs::cam::uin/[0-9]{5,20}:roleName/[A-Za-z0-9+=,.@_-]{1,128}$"
+SESSION_NAME = r"^[A-Za-z0-9+=,.@_-]{2,128}$"
+MIN_ROLE_SECONDS = 900  # STS hands out temporary keys for 15 min ...
+MAX_ROLE_SECONDS = 43200  # ... to 12 h
+DEFAULT_ROLE_SECONDS = 7200
+
+
+class AssumeRole(BaseModel):
+    """A CAM role the pool's calls run as, assumed with the pool's Secret keys or, without a
+    Secret, with the operator's own identity."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+    role_arn: str = Field(
+        pattern=ROLE_ARN,
+        max_length=200,
+        description="The role to assume, as CAM names it: "
+        "qcs::cam::uin/<account uin>:roleName/<role>. Its account is where the instances run.",
+    )
+    session_name: str = Field(
+        "spotpool",
+        pattern=SESSION_NAME,
+        description="Session name shown in the account's CloudAudit (2-128 characters).",
+    )
+    duration_seconds: int = Field(
+        DEFAULT_ROLE_SECONDS,
+        ge=MIN_ROLE_SECONDS,
+        le=MAX_ROLE_SECONDS,
+        description="Life of the temporary keys, 900 to 43200 s; the operator renews them "
+        "at two thirds of their life.",
+    )
+    external_id: str | None = Field(
+        None,
+        min_length=2,
+        max_length=128,
+        description="External id the role's trust policy asks for (sts:external_id), if any.",
+    )
+
+
+def role_account(role_arn: str) -> str:
+    """The account uin a role ARN names (where calls made as the role land)."""
+    match = re.match(r"^qcs::cam::uin/([0-9]+):", role_arn)
+    if match is None:
+        raise ValueError(f"not a CAM role ARN: {role_arn!r}")
+    return match.group(1)
