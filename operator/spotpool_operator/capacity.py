@@ -9,7 +9,6 @@ A failed stock look-up never blocks a create: placement then ranks by the spec's
 avoidances alone, as if every offering sold.
 """
 
-import hashlib
 import logging
 import threading
 import time
@@ -271,5 +270,4 @@ def account_of(credentials: Credentials, endpoint: str | None) -> str:
 
 
 def _account(credentials: Credentials) -> str:
-    secret = credentials.secret_key.get_secret_value().encode()
-    return credentials.secret_id.get_secret_value() + hashlib.sha256(secret).hexdigest()[:16]
+    return credentials.identity_key()  # stable across renewals of temporary keys

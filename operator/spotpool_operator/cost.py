@@ -12,7 +12,6 @@ an instance of unknown price shows no cost.
 """
 
 import asyncio
-import hashlib
 import logging
 import threading
 import time
@@ -229,5 +228,4 @@ def price_lister(endpoint: str | None) -> PriceLister:
 
 def _account(credentials: Credentials) -> str:
     """The key pair as a cache key (a digest: a SecretKey is never held in clear here)."""
-    secret = credentials.secret_key.get_secret_value().encode()
-    return credentials.secret_id.get_secret_value() + hashlib.sha256(secret).hexdigest()[:16]
+    return credentials.identity_key()  # stable across renewals of temporary keys

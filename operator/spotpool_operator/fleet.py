@@ -16,7 +16,6 @@ an unrelated creation by another writer between two counts keep the count equal;
 """
 
 import asyncio
-import hashlib
 import logging
 import math
 import time
@@ -99,11 +98,8 @@ class FleetProbe:
     ) -> None:  # fmt: skip
         """Watch the pool's instances (slot -> id) from now on, replacing any earlier watch."""
         self.unwatch(uid)
-        key = (
-            credentials.secret_id.get_secret_value(),
-            hashlib.sha256(credentials.secret_key.get_secret_value().encode()).hexdigest(),
-            region,
-        )
+        # One group per identity and region: temporary keys renew, the identity stays.
+        key = (credentials.identity_key(), "", region)
         group = self._groups.setdefault(key, _Group(credentials, region))
         group.credentials = credentials
         group.watches[uid] = _Watch(dict(expected), notify, time.monotonic())

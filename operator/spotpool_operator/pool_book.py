@@ -117,7 +117,9 @@ class PoolBook(EngineCalls):
         self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec, kind: str, quiet: bool = False
     ) -> Credentials:
         try:
-            return await asyncio.to_thread(resolve, self.cluster, ref.namespace, spec)
+            return await asyncio.to_thread(
+                resolve, self.cluster, ref.namespace, spec, self.settings.engine.cloud_endpoint
+            )
         except Exception as error:
             problem = classify(error)
             if not quiet or degraded_reason(pool.status) != problem.reason:

@@ -13,7 +13,6 @@ termination is an Event (on the deleted pool's name, in its namespace), a log li
 """
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -74,8 +73,7 @@ class StraySweep:
 
     def remember(self, credentials: Credentials, region: str) -> None:
         """A pool of this replica uses this key pair and region: sweep it from now on."""
-        digest = hashlib.sha256(credentials.secret_key.get_secret_value().encode()).hexdigest()
-        key = (credentials.secret_id.get_secret_value(), digest, region)
+        key = (credentials.identity_key(), "", region)  # temporary keys renew; this stays
         self.accounts[key] = _Account(credentials, region, time.monotonic())
 
     async def run(self) -> None:

@@ -21,6 +21,12 @@ frozen with its replica and thawed after another replica took the shard over has
 RunInstances and TerminateInstances refused, not forwarded. The refusal is a Tencent API error
 that the provider does not retry (`FENCED_CODE`), so the run fails at once instead of retrying
 into a storm. A run whose admission ended (the operation is over) is refused too.
+
+Temporary credentials are re-signed here. A call signed with a temporary SecretId that the
+process's credential cache issued (identities.py) is signed again, right before the send, with
+that identity's live credentials (renewed at two thirds of their life): a run that outlives
+the keys it started with never fails for it. Its bucket is the identity's account (an assumed
+role's), not the SecretId, which changes at every renewal.
 """
 
 import base64
@@ -43,6 +49,9 @@ from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+from spotpool.engine import tc3
+from spotpool.engine.credentials import Credentials
+from spotpool.engine.identities import CREDENTIALS
 from spotpool.engine.ratelimit import BUCKETS, Buckets
 
 API_DOMAIN = "tencentcloudapi.com"
@@ -82,14 +91,22 @@ def run_token(headers: Mapping[str, str] | Message) -> str | None:
     return decoded.partition(":")[2]
 
 
-def bucket_key(headers: Mapping[str, str] | Message) -> tuple[str, str, str] | None:
-    """(SecretId, region, action) of an API 3.0 call, as the operator's buckets are keyed;
-    None for anything else (no token taken)."""
+def signing_id(headers: Mapping[str, str] | Message) -> str:
+    """The SecretId a call is signed with (a public key id), or "" when unsigned."""
+    found = _CREDENTIAL.search(headers.get("Authorization") or "")
+    return found.group(1) if found else ""
+
+
+def bucket_key(
+    headers: Mapping[str, str] | Message, owner: str | None = None
+) -> tuple[str, str, str] | None:
+    """(owner, region, action) of an API 3.0 call, as the operator's buckets are keyed: the
+    owner is the account of renewed temporary keys, else the SecretId; None for anything else
+    (no token taken)."""
     action = headers.get("X-TC-Action")
     if not action:
         return None
-    found = _CREDENTIAL.search(headers.get("Authorization") or "")
-    return (found.group(1) if found else "", headers.get("X-TC-Region") or "", action)
+    return (owner or signing_id(headers), headers.get("X-TC-Region") or "", action)
 
 
 class _Upstreams:
@@ -151,7 +168,8 @@ class _Handler(BaseHTTPRequestHandler):
         token = run_token(self.headers)
         if self._refused(token):
             return
-        key = bucket_key(self.headers)
+        live = CREDENTIALS.current_for(signing_id(self.headers))
+        key = bucket_key(self.headers, live.bucket_owner() if live else None)
         if key is not None:  # wait its turn, across every run and the operator's own calls
             wait = self.server.buckets.bucket(*key).reserve()
             if wait > 0:
@@ -161,11 +179,14 @@ class _Handler(BaseHTTPRequestHandler):
                 if self._refused(token):  # right before the send: the wait may be long
                     return
         scheme, host, target = self.upstreams.target(self.path, self.headers.get("Host") or "")
+        replaced = self._resigned(body, live)
         headers = [
             (k, v)
             for k, v in self.headers.items()
-            if k.lower() not in _HOP_BY_HOP and k.lower() != "content-length"
-        ]
+            if k.lower() not in _HOP_BY_HOP
+            and k.lower() != "content-length"
+            and k.lower() not in replaced
+        ] + [(k, v) for k, v in replaced.items()]
         for attempt in (1, 2):  # a kept-alive upstream connection may have been closed
             connection = self.upstreams.connection(scheme, host)
             try:
@@ -193,6 +214,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     do_GET = do_PUT = do_DELETE = do_HEAD = do_POST
+
+    def _resigned(self, body: bytes, live: Credentials | None) -> dict[str, str]:
+        """Headers that sign the call with its identity's live temporary keys (renewed right
+        now if due); none for a call signed with permanent keys."""
+        if live is None:
+            return {}
+        live = live.current()  # the wait for a token may have outlasted a renewal point
+        query = urlsplit(self.path).query
+        headers = {k: v for k, v in self.headers.items()}
+        replaced = tc3.resign(self.command, query, headers, body, live, time.time()) or {}
+        return {k.lower(): v for k, v in replaced.items()}
 
     def _refused(self, token: str | None) -> bool:
         """Answer the run's call with the fence's refusal if its writer lost the right to

@@ -34,7 +34,9 @@ ON_CALL: list[Callable[[str, str], None]] = []  # (action, outcome) observers, e
 
 def cvm(credentials: Credentials, region: str, endpoint: str | None) -> cvm_client.CvmClient:
     """A CVM client for the real cloud, or for `spotpool emulator serve` at `endpoint`; the
-    same one again for the same key pair, region and endpoint (its connections are kept)."""
+    same one again for the same key pair, region and endpoint (its connections are kept).
+    Renewing credentials give their live keys: a new client once they were renewed."""
+    credentials = credentials.current()
     secret_id = credentials.secret_id.get_secret_value()
     digest = hashlib.sha256(credentials.secret_key.get_secret_value().encode()).hexdigest()
     key = (secret_id, digest, region, endpoint)
@@ -53,7 +55,8 @@ def limited(
 ) -> Any:
     """`client.<action>(request)` after taking a token from its bucket; `check` (a writer's
     fence) is passed during the wait and right before the request is sent."""
-    BUCKETS.bucket(client.credential.secretId, client.region, action).take(check)
+    owner = getattr(client, "bucket_owner", None) or client.credential.secretId
+    BUCKETS.bucket(owner, client.region, action).take(check)
     outcome = "error"
     try:
         reply = getattr(client, action)(request)
@@ -76,9 +79,13 @@ def _new_client(
         scheme, _, host = endpoint.partition("://")
         profile = ClientProfile(httpProfile=HttpProfile(endpoint=host, protocol=scheme))
     cred = credential.Credential(
-        credentials.secret_id.get_secret_value(), credentials.secret_key.get_secret_value()
+        credentials.secret_id.get_secret_value(),
+        credentials.secret_key.get_secret_value(),
+        credentials.token.get_secret_value() if credentials.token else None,
     )
-    return cvm_client.CvmClient(cred, region, profile)
+    client = cvm_client.CvmClient(cred, region, profile)
+    client.bucket_owner = credentials.bucket_owner()  # the account's bucket, across renewals
+    return client
 
 
 class TaggedInstance(BaseModel):

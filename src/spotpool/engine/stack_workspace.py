@@ -133,7 +133,9 @@ def pulumi_env(pool: StackView) -> dict[str, str]:
         env["TENCENTCLOUD_PROTOCOL"] = "HTTP"
         env["HTTP_PROXY"] = settings.cloud_endpoint
         env["http_proxy"] = settings.cloud_endpoint
-    if settings.rate_limit_runs:  # the provider's calls take the operator's tokens
+    # The provider's calls take the operator's tokens; calls signed with temporary keys are
+    # re-signed there with the live ones (a run may outlive the keys it started with).
+    if settings.rate_limit_runs or pool.credentials.temporary:
         env.update(api_proxy.proxy_for(settings.cloud_endpoint).env())
     # Stacks of either provider open, whichever new stacks get (settings.secrets_provider).
     env.update(keyserver.service_for(settings.passphrase.get_secret_value()).env())
