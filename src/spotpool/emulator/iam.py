@@ -131,6 +131,15 @@ class Iam:
             "TemporaryKeys": len(self._temporary),
         }
 
+    def issued(self) -> list[dict[str, Any]]:
+        """Every temporary key still held, secrets included: for tests that search a world's
+        files for leaked credentials (the emulator guards nothing real)."""
+        return [
+            {"SecretId": k.secret_id, "SecretKey": k.secret_key, "Token": k.token,
+             "Account": k.principal.account, "ExpiredTime": int(k.expires)}
+            for k in self._temporary.values()
+        ]  # fmt: skip
+
     # -- signing ---------------------------------------------------------------------------
     @property
     def secret_keys(self) -> Mapping[str, str]:
