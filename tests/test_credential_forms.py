@@ -91,7 +91,7 @@ def _keys(n: int, clock: _Clock, life: float) -> Credentials:
 
 
 def test_renewed_at_two_thirds_of_their_life_and_found_again_by_any_old_secret_id() -> None:
-    clock, fetched = _Clock(), []
+    clock, fetched = _Clock(), list[float]()
 
     def fetch() -> Credentials:
         fetched.append(clock.now)
@@ -114,7 +114,7 @@ def test_renewed_at_two_thirds_of_their_life_and_found_again_by_any_old_secret_i
 
 
 def test_one_sts_call_per_identity_however_many_ask_at_once() -> None:
-    clock, calls = _Clock(), []
+    clock, calls = _Clock(), list[int]()
     started = threading.Event()
 
     def fetch() -> Credentials:
@@ -133,7 +133,7 @@ def test_one_sts_call_per_identity_however_many_ask_at_once() -> None:
 
 
 def test_a_failed_renewal_keeps_keys_with_life_left_then_says_why() -> None:
-    clock, refuse = _Clock(), []
+    clock, refuse = _Clock(), list[bool]()
 
     def fetch() -> Credentials:
         if refuse:
