@@ -13,10 +13,13 @@ process tree; the loops' own threads).
 `--seeded` makes the operator's pools as bench/fleet_probe.py does (one converged template,
 the rest seeded: instances, checkpoints, status) for fleets too big to converge first;
 `--rate-limits` turns on the emulator's real per-action request limits (RunInstances 10/s,
-DescribeInstances 40/s per account and region).
+DescribeInstances 40/s per account and region). `--accounts N` spreads the operator's pools over
+N accounts, a quarter each for 4: each pool assumes a role of its account (STS AssumeRole with
+the emulator's own keys), so the limits, the buckets and the fleet probe are per account.
 
     .venv/bin/python bench/storm.py [--pools 40] [--size 2] [--share 0.25] [--interval 10]
     .venv/bin/python bench/storm.py --pools 1000 --seeded --no-loop --rate-limits
+    .venv/bin/python bench/storm.py --pools 1000 --seeded --no-loop --rate-limits --accounts 4
 """
 
 import argparse
@@ -39,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from bench.fleet_probe import Seeder, tree_cpu_and_rss  # noqa: E402
 from bench.plots import percentile  # noqa: E402
 from bench.reclaim_side_by_side import LOOP_TAG, ArticleLoop  # noqa: E402
+from bench.storm_accounts import AccountSeeder, StormAccounts  # noqa: E402
 from spotpool.localworld.emulator import EmulatorProcess  # noqa: E402
 from spotpool.localworld.operator import OperatorWorld, local_world, pool_manifest  # noqa: E402
 
@@ -153,11 +157,16 @@ def launch_window(emulator: EmulatorProcess, reclaimed_at: float) -> str:
     )
 
 
-def converge(world: OperatorWorld, args: argparse.Namespace) -> None:
+def converge(world: OperatorWorld, args: argparse.Namespace, accounts: StormAccounts) -> None:
     namespace = world.namespace()
     if args.seeded:
         world.start()
-        seeder = Seeder(world, namespace, args.pools - 1, args.size)
+        accounts.configure(world.emulator)
+        seeder: Seeder = (
+            AccountSeeder(world, namespace, args.pools - 1, args.size, accounts)
+            if accounts.count > 1
+            else Seeder(world, namespace, args.pools - 1, args.size)
+        )
         template = seeder.template()
         world.stop()
         seeder.seed(template)
@@ -165,9 +174,10 @@ def converge(world: OperatorWorld, args: argparse.Namespace) -> None:
         world.start()
     else:
         world.start()
+        accounts.configure(world.emulator)
         every = f"{int(args.interval)}s"
         items = [
-            pool_manifest(f"p{n:04d}", replicas=args.size, refreshInterval=every)
+            accounts.pool(pool_manifest(f"p{n:04d}", replicas=args.size, refreshInterval=every))
             for n in range(args.pools)
         ]
         world.kube.ok(
@@ -199,6 +209,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep-log", type=Path, help="copy the operator's log here at the end")
+    parser.add_argument(
+        "--accounts", type=int, default=1, help="spread the pools over this many accounts (roles)"
+    )
     args = parser.parse_args()
     rng = random.Random(args.seed)
     print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores", flush=True)
@@ -210,7 +223,8 @@ def main() -> None:
         ) as world,
     ):  # fmt: skip
         emulator = world.emulator
-        converge(world, args)
+        accounts = StormAccounts(args.accounts)
+        converge(world, args, accounts)
         if args.rate_limits:  # after the seeding, which is no part of the storm
             emulator.admin_ok("POST", "/_emulator/rate-limits", {"Enabled": True})
         loops = [] if args.no_loop else [
@@ -277,7 +291,7 @@ def main() -> None:
     print(
         f"{args.pools} pools of {args.size} a side, {args.share:.0%} reclaimed at once, interval "
         f"{args.interval:g} s, boot {args.boot:g} s, emulator limits "
-        f"{'on' if args.rate_limits else 'off'}:"
+        f"{'on' if args.rate_limits else 'off'}, {args.accounts} account(s):"
     )
     for side in sides:
         found = watch.latencies(side, reclaimed[side])

@@ -72,7 +72,7 @@ def _from_sts(obtain: Callable[[], Credentials], role_arn: str) -> Credentials:
     except StsError as error:
         reason, fix = _STS_REASONS.get(error.code, ("AssumeRoleFailed", "see the STS error"))
         raise PoolProblem(
-            reason, f"STS refused role {role_arn}: {fix} ({error.code}: {error})"
+            reason, f"STS refused role {role_arn}: {fix} ({error.code}: {error.message})"
         ) from None
 
 

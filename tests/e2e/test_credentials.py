@@ -83,6 +83,7 @@ def world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cred
                     account=ACCOUNT_C,
                     name="spotpool-operator",
                     subjects=[f"system:serviceaccount:{namespace}:{name}"],
+                    issuer=ISSUER,
                 ),
             ],
             MaxLifetimeSeconds=LIFE_SECONDS,

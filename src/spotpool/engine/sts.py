@@ -24,6 +24,7 @@ class StsError(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
+        self.message = message
 
 
 def _client(keys: Credentials | None, endpoint: str | None) -> CommonClient:
