@@ -1,6 +1,6 @@
 """STS calls (sts.tencentcloudapi.com, 2018-08-13) through the official SDK's generic client:
 AssumeRole signed with the caller's keys, AssumeRoleWithWebIdentity unsigned (the web identity
-token is the proof), GetCallerIdentity."""
+token is the proof)."""
 
 from typing import Any
 
@@ -96,8 +96,3 @@ def assume_role_with_web_identity(
     }
     reply = _call(_client(None, endpoint), "AssumeRoleWithWebIdentity", params, unsigned=True)
     return _temporary(reply, role_account(role.role_arn), identity)
-
-
-def caller_identity(keys: Credentials, endpoint: str | None) -> dict[str, Any]:
-    """GetCallerIdentity: {Arn, AccountId, UserId, PrincipalId, Type}."""
-    return _call(_client(keys, endpoint), "GetCallerIdentity", {})

@@ -1,0 +1,57 @@
+"""The credential forms at admission, in a real API server: CEL rules with clear messages, the
+role's bounds from the OpenAPI schema, and `kubectl explain` reading their descriptions."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from spotpool.localworld.kube import Kube
+
+pytestmark = pytest.mark.e2e
+SAMPLE = Path(__file__).parents[2] / "examples" / "article-sample.yaml"
+ROLE = "qcs::cam::uin/100000000002:roleName/spotpool-launcher"
+
+
+def _manifest(name: str, keys: bool, **spec: object) -> str:
+    manifest = yaml.safe_load(SAMPLE.read_text())
+    manifest["metadata"]["name"] = name
+    if not keys:
+        del manifest["spec"]["secretId"], manifest["spec"]["secretKey"]
+    manifest["spec"].update(spec)
+    return json.dumps(manifest)
+
+
+def test_kubectl_explain_describes_the_credential_forms(kube: Kube) -> None:
+    assert "CAM role to assume" in kube.ok("explain", "spotpool.spec.assumeRole")
+    assert "900 to 43200" in kube.ok("explain", "spotpool.spec.assumeRole.durationSeconds")
+    assert "AssumeRoleWithWebIdentity" in kube.ok("explain", "spotpool.spec.useOperatorIdentity")
+    assert "STS token" in kube.ok("explain", "spotpool.spec.credentialsSecretRef.tokenKey")
+
+
+def test_the_three_forms_are_admitted(kube: Kube) -> None:
+    forms: list[tuple[str, bool, dict[str, object]]] = [
+        ("with-role", True, {"assumeRole": {"roleArn": ROLE, "externalId": "team-b"}}),
+        ("own-identity", False, {"useOperatorIdentity": True}),
+        ("chained", False, {"useOperatorIdentity": True, "assumeRole": {"roleArn": ROLE}}),
+    ]
+    for name, keys, spec in forms:
+        kube.ok("apply", "--dry-run=server", "-f", "-", stdin=_manifest(name, keys, **spec))
+
+
+@pytest.mark.parametrize(
+    ("keys", "spec", "says"),
+    [
+        (True, {"useOperatorIdentity": True}, "useOperatorIdentity takes no keys"),
+        (False, {}, "or useOperatorIdentity: true"),
+        (True, {"assumeRole": {"roleArn": "arn:aws:iam::1:role/x"}}, "spec.assumeRole.roleArn"),
+        (True, {"assumeRole": {"roleArn": ROLE, "durationSeconds": 60}}, "durationSeconds"),
+    ],
+)
+def test_credential_mistakes_are_refused_with_a_clear_message(
+    kube: Kube, keys: bool, spec: dict[str, object], says: str
+) -> None:
+    refused = kube.run("apply", "--dry-run=server", "-f", "-", stdin=_manifest("bad", keys, **spec))
+    assert refused.returncode != 0
+    assert says in refused.stderr
