@@ -116,4 +116,9 @@ def _credentials() -> Credentials:
         raise typer.BadParameter(
             "set TENCENTCLOUD_SECRET_ID and TENCENTCLOUD_SECRET_KEY (read-only keys suffice)"
         )
-    return Credentials(secret_id=SecretStr(secret_id), secret_key=SecretStr(secret_key))
+    token = os.environ.get("TENCENTCLOUD_SECURITY_TOKEN")  # temporary keys (CI's OIDC role)
+    return Credentials(
+        secret_id=SecretStr(secret_id),
+        secret_key=SecretStr(secret_key),
+        token=SecretStr(token) if token else None,
+    )
