@@ -65,7 +65,7 @@ def serve(
         False,
         "--rate-limits/--no-rate-limits",
         envvar="SPOTPOOL_EMULATOR_RATE_LIMITS",
-        help="Enforce Tencent Cloud's per-action request limits per SecretId and region "
+        help="Enforce Tencent Cloud's per-action request limits per account and region "
         "(RunInstances 10/s, DescribeInstances 40/s, TerminateInstances 10/s, others 20/s), "
         "answering RequestLimitExceeded over them; also switchable at /_emulator/rate-limits.",
     ),

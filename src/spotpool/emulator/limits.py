@@ -3,7 +3,7 @@
 The real API counts calls per action, per region and per (sub-)account, and answers
 `RequestLimitExceeded` over the limit (product docs 213/568): RunInstances 10/s,
 DescribeInstances 40/s, TerminateInstances 10/s, InquiryPriceRunInstances 10/s; other actions
-20/s. The emulator models each limit as a token bucket per (SecretId, region, service, action)
+20/s. The emulator models each limit as a token bucket per (account, region, service, action)
 holding one second's worth of calls and refilled at the limit's rate: a burst of N calls
 passes at once, then N a second. A refused call is not counted (it costs no token).
 """
