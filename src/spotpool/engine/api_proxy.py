@@ -53,6 +53,7 @@ from spotpool.engine import tc3
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.identities import CREDENTIALS
 from spotpool.engine.ratelimit import BUCKETS, Buckets
+from spotpool.engine.sts import StsError
 
 API_DOMAIN = "tencentcloudapi.com"
 _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
@@ -168,7 +169,7 @@ class _Handler(BaseHTTPRequestHandler):
         token = run_token(self.headers)
         if self._refused(token):
             return
-        live = CREDENTIALS.current_for(signing_id(self.headers))
+        live = _live_keys(lambda: CREDENTIALS.current_for(signing_id(self.headers)))
         key = bucket_key(self.headers, live.bucket_owner() if live else None)
         if key is not None:  # wait its turn, across every run and the operator's own calls
             wait = self.server.buckets.bucket(*key).reserve()
@@ -220,7 +221,10 @@ class _Handler(BaseHTTPRequestHandler):
         now if due); none for a call signed with permanent keys."""
         if live is None:
             return {}
-        live = live.current()  # the wait for a token may have outlasted a renewal point
+        # The wait for a token may have outlasted a renewal point.
+        live = _live_keys(live.current)
+        if live is None:
+            return {}
         query = urlsplit(self.path).query
         headers = {k: v for k, v in self.headers.items()}
         replaced = tc3.resign(self.command, query, headers, body, live, time.time()) or {}
@@ -343,6 +347,16 @@ class ApiProxy:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def _live_keys(obtain: Callable[[], Credentials | None]) -> Credentials | None:
+    """The live keys to sign with; None (the call goes as it came, and the cloud says what is
+    wrong with it) when STS refuses the renewal: the operator's own calls report that."""
+    try:
+        return obtain()
+    except StsError as error:
+        log.warning("a run's call goes unrenewed: STS answered %s", error.code)
+        return None
 
 
 def _without_api(no_proxy: str) -> str:
