@@ -56,7 +56,7 @@ def test_an_up_longer_than_its_keys_life_never_fails_and_lands_in_the_roles_acco
 
     assert len(result.instances) == INSTANCES
     assert seconds > 2 * LIFE_SECONDS, f"the up took {seconds:.1f} s: it outlived no key"
-    assert cache.fetches >= 3  # renewed during the run, more than once
+    assert cache.fetches >= 2  # renewed during the run
     calls = world.emulator.admin_ok("GET", "/_emulator/requests")["Requests"]
     failed = [(c["Action"], c["Code"]) for c in calls if c["Code"] != "OK"]
     assert failed == [], f"calls failed: {failed}"
