@@ -157,3 +157,29 @@ def test_permanent_keys_stay_as_they_are() -> None:
     assert keys.bucket_owner() == "AKIDperm"
     role = AssumeRole(role_arn=ROLE)
     assert role.duration_seconds == 7200
+
+
+def test_a_call_re_signed_with_the_live_keys_verifies_as_theirs() -> None:
+    from spotpool.emulator.signature import SignedRequest, verify
+    from spotpool.engine import tc3
+
+    body = b'{"Limit": 100}'
+    headers = {
+        "Host": "cvm.tencentcloudapi.com",
+        "Content-Type": "application/json",
+        "X-TC-Action": "DescribeInstances",
+        "X-TC-Token": "the-old-token",
+        "Authorization": "TC3-HMAC-SHA256 Credential=AKIDold/2026-11-27/cvm/tc3_request, "
+        "SignedHeaders=content-type;host, Signature=" + "0" * 64,
+    }
+    live = Credentials(
+        secret_id=SecretStr("AKIDlive"), secret_key=SecretStr("live-key"), token=SecretStr("t2")
+    )
+    replaced = tc3.resign("POST", "", headers, body, live, 1_800_000_000)
+    assert replaced is not None and replaced["X-TC-Token"] == "t2"
+    merged = {k.lower(): v for k, v in {**headers, **replaced}.items()}
+    caller = verify(
+        SignedRequest("POST", "/", "", merged, body), {"AKIDlive": "live-key"}, 1_800_000_000
+    )
+    assert caller.secret_id == "AKIDlive" and caller.service == "cvm"
+    assert tc3.resign("POST", "", {"Authorization": "SKIP"}, body, live, 0) is None
