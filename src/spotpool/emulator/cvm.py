@@ -10,6 +10,7 @@ from typing import Any
 from spotpool.emulator import params
 from spotpool.emulator.catalog import INSTANCE_TYPES, PUBLIC_IMAGES, REGIONS, zones
 from spotpool.emulator.errors import ApiError, invalid_value
+from spotpool.emulator.iam import DEFAULT_ACCOUNT
 from spotpool.emulator.instances import Disk, InstanceRecord
 from spotpool.emulator.stock import describe_zone_instance_config_infos
 from spotpool.emulator.world import Context, default_subnet, default_vpc
@@ -188,11 +189,16 @@ def _new_instance(ctx: Context, p: params.RunInstances) -> InstanceRecord:
     )
 
 
+def _token_scope(ctx: Context) -> str:
+    """Where a ClientToken is unique: the region, within the caller's account."""
+    return ctx.region if ctx.account == DEFAULT_ACCOUNT else f"{ctx.region}@{ctx.account}"
+
+
 def run_instances(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     p = params.parse(params.RunInstances, body)
     store = ctx.world.store
     if p.client_token is not None:
-        earlier = store.created_for(ctx.region, p.client_token)
+        earlier = store.created_for(_token_scope(ctx), p.client_token)
         if earlier is not None:
             return {"InstanceIdSet": earlier}
     _check_run(ctx, p)
@@ -203,7 +209,7 @@ def run_instances(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     ids = [r.instance_id for r in records]
     ctx.world.touch(*records)
     if p.client_token is not None:
-        store.remember_token(ctx.region, p.client_token, ids)
+        store.remember_token(_token_scope(ctx), p.client_token, ids)
     return {"InstanceIdSet": ids}
 
 
