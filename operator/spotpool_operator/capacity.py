@@ -265,8 +265,9 @@ def _slot_of(config: StackConfig, slot: int) -> Slot:
 
 
 def account_of(credentials: Credentials, endpoint: str | None) -> str:
-    """The account part of a learned rate's key: a digest of the SecretId (and endpoint)."""
-    return account_digest(credentials.secret_id.get_secret_value(), endpoint)
+    """The account part of a learned rate's key: a digest of the SecretId (and endpoint), or of
+    the role's account for temporary keys (their SecretId changes at every renewal)."""
+    return account_digest(credentials.bucket_owner(), endpoint)
 
 
 def _account(credentials: Credentials) -> str:

@@ -198,6 +198,8 @@ def _not_served(shards: ShardLeases | None, uid: str | None) -> PoolProblem:
 def _account(engine: object) -> str:
     """The cloud account an engine call acts for (a digest of its SecretId, never the id)."""
     credentials = getattr(engine, "credentials", None)
+    if isinstance(credentials, Credentials):  # a role's account: its SecretId changes often
+        return hashlib.sha256(credentials.bucket_owner().encode()).hexdigest()[:16]
     secret_id = getattr(credentials, "secret_id", None)
     if secret_id is None:
         return ""
