@@ -202,12 +202,24 @@ def _stack_dir(kind: str, stack: str) -> str:
     return f"{ROOT}/{kind}/organization/{PROJECT}/{stack}/"
 
 
-def _lock_keys(files: BackendFiles, stack: str) -> list[str]:
+def _lock_keys(files: BackendFiles, stack: str, suffix: str = ".json") -> list[str]:
     return [
         key
         for key in files.keys(_stack_dir("locks", stack))
-        if key.endswith(".json") and key.rsplit("/", 2)[-2] == stack
+        if key.endswith(suffix) and key.rsplit("/", 2)[-2] == stack
     ]
+
+
+def _remove_half_written_locks(files: BackendFiles, stack: str) -> list[str]:
+    """A file backend writes a lock as `<id>.json.<hex>.tmp` beside it, then renames it into
+    place: a CLI killed in between (a lost shard's kill, a timeout) leaves the temporary file,
+    which Pulumi counts as a lock for good ("locked by 1 lock(s)"). It never is one: removing
+    it is safe even under a live writer, whose rename then fails and its run takes no lock."""
+    notes = []
+    for key in _lock_keys(files, stack, ".tmp"):
+        files.delete(key)
+        notes.append(f"removed the half-written lock file {key.rsplit('/', 1)[-1]} of a killed run")
+    return notes
 
 
 def break_stale_locks(pool: StackView) -> list[str]:
@@ -220,7 +232,7 @@ def break_stale_locks(pool: StackView) -> list[str]:
     writer = pool.settings.writer or Writer(socket.gethostname(), os.getpid())
     now = datetime.now(UTC)
     limit = timedelta(seconds=pool.settings.operation_timeout)  # every run is killed by then
-    notes, kept = [], []
+    notes, kept = _remove_half_written_locks(files, pool.name), []
     for key in _lock_keys(files, pool.name):
         try:
             owner = LockOwner.parse(key, json.loads(files.read(key)))
