@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from spotpool.engine import checkpoint_guard
 from spotpool.engine.lean_stack import LeanStack
 from spotpool.engine.stack_state import ids_by_surge, urns_by_slot
 from spotpool.engine.stack_view import StackView, WorkspaceStack
@@ -47,6 +48,7 @@ def forget_stack(name: str) -> None:
     remembers of it, so its next operation selects and repairs it afresh."""
     for key in [key for key in list(_known_stacks) if key[0] == name]:
         _known_stacks.pop(key, None)
+    checkpoint_guard.forget(name)
 
 
 def _key(pool: StackView) -> tuple[str, str, str]:

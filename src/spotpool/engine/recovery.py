@@ -22,7 +22,7 @@ from pulumi import automation as auto
 from tencentcloud.cvm.v20170312 import cvm_client
 
 from spotpool.api.stackconfig import PROJECT, StackConfig
-from spotpool.engine import cloud
+from spotpool.engine import checkpoint_guard, cloud
 from spotpool.engine.backend_files import ROOT, BackendFiles, latest_deployment, open_backend
 from spotpool.engine.errors import StackLockedError
 from spotpool.engine.orphans import GONE_STATES, Action, Decision, Situation, Tagged, decide
@@ -247,6 +247,8 @@ def break_stale_locks(pool: StackView) -> list[str]:
             continue
         files.delete(key)
         notes.append(f"removed the lock of {owner.describe(now)}: {decision.reason}")
+        if not (owner.hostname == writer.hostname and owner.pid and not _alive(owner.pid)):
+            checkpoint_guard.exposed(pool)  # its CLI may be frozen, and save when thawed
     if kept:
         raise StackLockedError(
             f"stack {pool.name} is locked by " + "; ".join(kept) + " — not broken: wait for "

@@ -6,12 +6,20 @@ repairs what a killed run left behind (see recovery.py), and returns a typed res
 Pulumi run (stack_workspace.py).
 """
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from pulumi import automation as auto
 
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
-from spotpool.engine import fast_launch, launch_intents, recovery, stack_preview, surges
+from spotpool.engine import (
+    checkpoint_guard,
+    fast_launch,
+    launch_intents,
+    recovery,
+    stack_preview,
+    surges,
+)
 from spotpool.engine.config_writer import nonces_last_set, write_config
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.drift import drift_in
@@ -317,6 +325,7 @@ class PoolStack:
         straight from a self-managed backend's checkpoint when it can be (no CLI run: a
         restart over a thousand pools reads a thousand of them), else through the CLI."""
         with stack_lock(self.name):
+            checkpoint_guard.undo_late_save(self)
             checkpoint = recovery.read_checkpoint(self)
             if checkpoint is not None:
                 return applied_config_in(checkpoint)
@@ -328,11 +337,17 @@ class PoolStack:
 
     def state_instance_ids(self) -> dict[int, str]:
         """slot -> instance id, as the stack's state records them."""
-        return ids_by_slot(state_of(select_stack(self)))
+        return ids_by_slot(self._state())
+
+    def _state(self) -> Mapping[str, Any]:
+        """The state read outside an operation, a late save over it undone first."""
+        with stack_lock(self.name):
+            checkpoint_guard.undo_late_save(self)
+            return state_of(select_stack(self))
 
     def held_instance_ids(self) -> dict[str, str]:
         """Every instance the state holds, the slots' and the surges' (`slot-N` / `surge-N`
         -> instance id): what Retain keeps and deleting must account for."""
-        state = state_of(select_stack(self))
+        state = self._state()
         held = {f"slot-{s}": i for s, i in ids_by_slot(state).items()}
         return held | {f"surge-{s}": i for s, i in ids_by_surge(state).items()}

@@ -10,7 +10,7 @@ from typing import Any
 
 from pulumi import automation as auto
 
-from spotpool.engine import recovery
+from spotpool.engine import checkpoint_guard, recovery
 from spotpool.engine.errors import EngineError, OperationTimeout
 from spotpool.engine.events import EventPrinter
 from spotpool.engine.known_stacks import (
@@ -38,14 +38,15 @@ def operation(
     """
     started = time.monotonic()
     with stack_lock(pool.name):
+        late = checkpoint_guard.undo_late_save(pool)  # before anything reads the state
         cached = known_already(pool)
-        light = light and cached is not None and cached.repaired
+        light = light and cached is not None and cached.repaired and not late
         # A kill can leave a half-written metadata file that makes the stack unselectable:
         # mend it before selecting (a cheap look at a file backend's files).
         mended = [] if light else recovery.mend_backend_files(pool)
         known = known_stack(pool, reselect=bool(mended))
         known.stack.forget_export()  # the state may have moved since this process looked
-        result = OperationResult(kind=kind, stack=pool.name, seconds=0.0)
+        result = OperationResult(kind=kind, stack=pool.name, seconds=0.0, recovered=late)
         timeout = pool.settings.operation_timeout
         fired = threading.Event()
 
@@ -63,7 +64,7 @@ def operation(
             else:
                 state = state_of(known.stack)
                 pool.dead_run_slots = recovery.pending_slots(state)
-                result.recovered = mended + recovery.repair(pool, known.stack, state)
+                result.recovered += mended + recovery.repair(pool, known.stack, state)
                 if result.recovered:  # the repair changed the state
                     state = state_of(known.stack)
                 remember_urns(pool, state)
@@ -84,6 +85,7 @@ def operation(
             raise
         finally:
             watchdog.cancel()
+            checkpoint_guard.remember(pool)  # its CLI runs are over: the checkpoint is ours
         result.recovered += recovery.prune_history(pool)
         result.seconds = round(time.monotonic() - started, 2)
 
