@@ -6,8 +6,15 @@ API server through a TCP proxy that can stall its connection. `--pools` pools of
 Each round: every RUNNING instance of the install is reclaimed at once (a storm), and at a
 random moment of the next `--window` s one fault strikes, the faults taken in turn:
 
-- freeze: one replica's whole process tree is stopped (SIGSTOP) for 2.5 Leases, then thawed;
+- freeze-up, freeze-launch, freeze-bucket: one replica's whole process tree is stopped
+  (SIGSTOP) for 2.5 Leases, then thawed, the moment its log shows a Pulumi `up` under way
+  (`freeze-up`), a fast-path launch under way (`freeze-launch`), or a fast-path launch waiting
+  at the account's RunInstances bucket (`freeze-bucket`: the bucket is slow, `--run-rate`,
+  so a storm's launches queue there); the replica with the most of them is chosen;
 - partition: replica a's connection to the API server stalls for 2.5 Leases, then heals;
+- clock-jump: one replica's wall clock jumps `--jump` s ahead for 2.5 Leases, then back (the
+  clock its Leases' times are written in, `SPOTPOOL_CLOCK_OFFSET_FILE`; its monotonic and
+  boot clocks, which time the Leases, are left alone, as an NTP step leaves them);
 - join-leave: a replica leaves (SIGTERM, as a rollout) and a new one joins under a new name;
 - delete: a third of the pools are deleted mid-storm (new ones replace them next round).
 
@@ -19,6 +26,7 @@ that is not RUNNING, stacks whose preview shows changes (`spotpool preview --all
 calls and backend requests refused, late checkpoint saves refused. One line a round.
 
     .venv/bin/python bench/nemesis.py [--rounds 8] [--replicas 2] [--pools 8] [--shards 4]
+        [--faults freeze-up,partition,...] [--seed N]
 """
 
 import argparse
@@ -27,6 +35,7 @@ import itertools
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -61,7 +70,16 @@ from spotpool.localworld.operator import (  # noqa: E402
 )
 from spotpool.localworld.slow_proxy import StallProxy, target_of  # noqa: E402
 
-FAULTS = ("freeze", "partition", "join-leave", "delete")
+FAULTS = (
+    "freeze-up",
+    "freeze-launch",
+    "freeze-bucket",
+    "partition",
+    "clock-jump",
+    "join-leave",
+    "delete",
+)
+RUN_EDGE = re.compile(r"\] (?P<what>\w+) of (?P<stack>\S+) (?P<edge>begins|ends)$")
 INSTANCE = "tencentcloud:Instance/instance:Instance"
 GONE = {"TERMINATING", "SHUTDOWN", "LAUNCH_FAILED"}
 
@@ -87,6 +105,11 @@ class Cluster:
         name = f"r{self.joined}"
         env = {"SPOTPOOL_SHARDS": str(self.args.shards),
                "SPOTPOOL_LEASE_DURATION": f"{self.args.lease:.0f}s"}  # fmt: skip
+        if self.args.run_rate:
+            env["SPOTPOOL_API_LIMITS"] = f"RunInstances={self.args.run_rate}"
+        clock = self.work / f"{name}.clock"  # its wall clock's offset, movable (clock-jump)
+        clock.write_text("0\n")
+        env["SPOTPOOL_CLOCK_OFFSET_FILE"] = str(clock)
         if via_proxy:
             self.proxied = name
             env["KUBECONFIG"] = str(
@@ -160,12 +183,20 @@ class Cluster:
 
     def strike(self, fault: str) -> dict[str, Any]:
         hold = 2.5 * self.args.lease
-        if fault == "freeze":
-            name = random.choice(list(self.replicas))
+        if fault.startswith("freeze"):
+            kinds = FREEZE_AT[fault]
+            name, in_flight = self.busiest(kinds, wait=self.args.window)
             world = self.replicas[name]
-            in_flight = _open_runs(world.log)
             with frozen(world):
                 time.sleep(hold)
+            return {"victim": name, "in_flight": in_flight}
+        if fault == "clock-jump":
+            name = random.choice(list(self.replicas))
+            clock = self.work / f"{name}.clock"
+            in_flight = _open_runs(self.replicas[name].log)
+            clock.write_text(f"{self.args.jump:.0f}\n")
+            time.sleep(hold)
+            clock.write_text("0\n")
             return {"victim": name, "in_flight": in_flight}
         if fault == "partition":
             in_flight = _open_runs(self.replicas[self.proxied].log)
@@ -185,6 +216,17 @@ class Cluster:
             self.kube.run("-n", self.namespace, "delete", "spotpool", name, "--wait=false")
             self.pools.pop(name)
         return {"victim": f"{len(doomed)} pools", "in_flight": 0}
+
+    def busiest(self, kinds: tuple[str, ...], wait: float) -> tuple[str, int]:
+        """The replica with the most runs of these kinds under way, waiting up to `wait` s
+        for one to show (else the busiest now); and how many it has."""
+        deadline = time.monotonic() + wait
+        while True:
+            counts = {n: _open_runs(w.log, kinds) for n, w in self.replicas.items()}
+            name = max(counts, key=lambda n: counts[n])
+            if counts[name] or time.monotonic() > deadline:
+                return name, counts[name]
+            time.sleep(0.05)
 
     # --- the checks --------------------------------------------------------------------------
     def check(self) -> dict[str, int]:
@@ -264,10 +306,26 @@ def _tag(instance: dict[str, Any], key: str) -> str:
     return next((t["Value"] for t in instance.get("Tags") or [] if t["Key"] == key), "")
 
 
-def _open_runs(log: Path) -> int:
-    """Engine runs under way in a replica now (begun, not ended: its log)."""
-    spans = run_log.runs(log, open_until=time.time())
-    return sum(1 for stack in spans.values() for span in stack if span[2] == "unended")
+# What a freeze waits for in the victim's log: a Pulumi up, a fast-path launch (which in a
+# storm at a slow --run-rate spends most of its time waiting at the RunInstances bucket).
+FREEZE_AT = {
+    "freeze-up": ("up", "replace_slots", "converge", "resume"),
+    "freeze-launch": ("launch_replacements",),
+    "freeze-bucket": ("launch_replacements",),
+}
+
+
+def _open_runs(log: Path, kinds: tuple[str, ...] = ()) -> int:
+    """Engine runs (of these kinds; any) under way in a replica now: begun, not ended since
+    its last start, in its log."""
+    depth: dict[tuple[str, str], int] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith(run_log.START):
+            depth.clear()
+        elif (found := RUN_EDGE.search(line)) is not None:
+            key = (found["what"], found["stack"])
+            depth[key] = depth.get(key, 0) + (1 if found["edge"] == "begins" else -1)
+    return sum(n for (what, _), n in depth.items() if n > 0 and (not kinds or what in kinds))
 
 
 def _seconds(stamp: str | None) -> float:
@@ -303,6 +361,13 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=420.0)
     parser.add_argument("--faults", default=",".join(FAULTS))
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--jump", type=float, default=3600.0, help="clock-jump, seconds ahead")
+    parser.add_argument(
+        "--run-rate",
+        type=float,
+        default=1.0,
+        help="RunInstances a second for the account (0: the default)",
+    )
     args = parser.parse_args()
     random.seed(args.seed)
     faults = [f for f in args.faults.split(",") if f]

@@ -21,6 +21,7 @@ decides on them.
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import logging
 import os
@@ -29,6 +30,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -40,8 +42,10 @@ KEEP_HOLDERS = 32
 # pools' work (a thousand pools' Secret reads and checkpoint reads at a restart) and the
 # Lease would slip away from a busy but healthy operator.
 LEASE_THREAD = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="lease")
-# A node's clock set wrong, for the tests that show nothing decides on wall clocks (seconds).
+# A node's clock set wrong, for the tests that show nothing decides on wall clocks (seconds);
+# the file's offset may change while the process runs (a clock that jumps: bench/nemesis.py).
 CLOCK_OFFSET_ENV = "SPOTPOOL_CLOCK_OFFSET"
+CLOCK_OFFSET_FILE_ENV = "SPOTPOOL_CLOCK_OFFSET_FILE"
 # CLOCK_MONOTONIC stands still while a VM is paused or suspended: a holder timed on it would
 # wake up believing it still holds a Lease another replica took meanwhile. BOOTTIME counts.
 _BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
@@ -59,6 +63,9 @@ def wall_clock() -> datetime:
     """This node's wall clock (what the Lease's times are written in), offset as the
     environment says (a test of a node whose clock runs ahead)."""
     offset = float(os.environ.get(CLOCK_OFFSET_ENV) or 0)
+    if jumps := os.environ.get(CLOCK_OFFSET_FILE_ENV):
+        with contextlib.suppress(OSError, ValueError):
+            offset += float(Path(jumps).read_text().strip() or 0)
     return datetime.now(UTC) + timedelta(seconds=offset)
 
 
