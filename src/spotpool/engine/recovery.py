@@ -22,7 +22,7 @@ from pulumi import automation as auto
 from tencentcloud.cvm.v20170312 import cvm_client
 
 from spotpool.api.stackconfig import PROJECT, StackConfig
-from spotpool.engine import checkpoint_guard, cloud
+from spotpool.engine import checkpoint_guard, cloud, dead_runs
 from spotpool.engine.backend_files import ROOT, BackendFiles, latest_deployment, open_backend
 from spotpool.engine.errors import StackLockedError
 from spotpool.engine.orphans import GONE_STATES, Action, Decision, Situation, Tagged, decide
@@ -39,6 +39,7 @@ def repair(pool: StackView, stack: auto.Stack, state: Mapping[str, Any]) -> list
     notes = break_stale_locks(pool)
     pending = state.get("pending_operations") or []
     if pending:
+        dead_runs.record(pool, pending_slots(state))  # the proof outlives the pending creates
         stack.refresh(clear_pending_creates=True, color="never", show_secrets=False)
         notes.append(f"cleared {len(pending)} pending operation(s) of a killed run")
     return notes

@@ -14,6 +14,7 @@ from pulumi import automation as auto
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.engine import (
     checkpoint_guard,
+    dead_runs,
     fast_launch,
     launch_intents,
     recovery,
@@ -162,6 +163,9 @@ class PoolStack:
             result.surges = instances_of(reply.outputs, "surges")
             remember_urns(self, state_of(stack))
             launch_intents.settle(self, launched, {i.slot: i.instance_id for i in result.instances})
+            if self.dead_run_slots:
+                dead_runs.settle(self)  # swept with the proof: adopted or gone
+                self.dead_run_slots = frozenset()
         return result
 
     def launch_replacements(
@@ -299,6 +303,7 @@ class PoolStack:
                 # the next sweep) and let the caller come back once they are old enough.
                 raise InstancesRemain(self.name, {d.instance_id: d.reason for d in left})
             launch_intents.forget(self)
+            dead_runs.settle(self)
             if remove_stack:
                 stack.workspace.remove_stack(self.name)
                 forget_known(self)
@@ -315,6 +320,7 @@ class PoolStack:
             mark_retained(self)  # or the sweep of deleted pools' instances takes them
             select_stack(self).workspace.remove_stack(self.name, force=True)
             launch_intents.forget(self)  # the fast path's instances stay, as the others
+            dead_runs.settle(self)
             forget_known(self)
 
     def outputs(self) -> list[SlotOutput]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from pulumi import automation as auto
 
-from spotpool.engine import checkpoint_guard, recovery
+from spotpool.engine import checkpoint_guard, dead_runs, recovery
 from spotpool.engine.errors import EngineError, OperationTimeout
 from spotpool.engine.events import EventPrinter
 from spotpool.engine.known_stacks import (
@@ -63,7 +63,7 @@ def operation(
                 known.repaired = True
             else:
                 state = state_of(known.stack)
-                pool.dead_run_slots = recovery.pending_slots(state)
+                pool.dead_run_slots = recovery.pending_slots(state) | dead_runs.recorded(pool)
                 result.recovered += mended + recovery.repair(pool, known.stack, state)
                 if result.recovered:  # the repair changed the state
                     state = state_of(known.stack)
