@@ -232,7 +232,8 @@ class Cluster:
     def check(self) -> dict[str, int]:
         instances = self.emulator.all_instances()
         ours = [i for i in instances if _tag(i, TAG_POOL_UID)]
-        live = {i["InstanceId"]: i for i in ours if i["InstanceState"] not in GONE}
+        live = {i["InstanceId"]: i for i in ours
+                if not i.get("Gone") and i["InstanceState"] not in GONE}  # fmt: skip
         tracked: set[str] = set()
         for key in self.files.keys(f"{STATE}/stacks/{PROJECT}/"):
             if key.endswith(".json.gz"):
@@ -278,12 +279,15 @@ class Cluster:
         if done.returncode not in (0, 2):
             print(f"  preview failed: {done.stderr.strip()[-300:]}")
             return -1
-        pools = json.loads(done.stdout)["pools"]
-        return sum(
-            bool(c := p.get("changes")) and any(c[k] for k in ("create", "update", "replace",
-                                                                "delete"))
-            for p in pools
-        )  # fmt: skip
+        changed = {
+            p["stack"]: {k: v for k, v in c.items() if v and k != "same"}
+            for p in json.loads(done.stdout)["pools"]
+            if (c := p.get("changes")) and any(c[k] for k in ("create", "update", "replace",
+                                                               "delete"))
+        }  # fmt: skip
+        if changed:
+            print(f"  preview shows changes: {changed}", flush=True)
+        return len(changed)
 
 
 @contextlib.contextmanager
