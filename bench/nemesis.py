@@ -270,6 +270,8 @@ class Cluster:
             "SPOTPOOL_WORK_DIR": str(self.work / "preview"),
             "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
             "TENCENTCLOUD_SECRET_ID": SECRET_ID, "TENCENTCLOUD_SECRET_KEY": SECRET_KEY,
+            # the replicas' install (their Lease's namespace and name): tags as they make them
+            "SPOTPOOL_INSTALL_ID": f"{self.leases}.spotpool-operator",
         }  # fmt: skip
         done = subprocess.run(
             [str(ROOT / ".venv" / "bin" / "spotpool"), "preview", "--all-stacks",

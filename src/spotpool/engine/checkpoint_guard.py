@@ -1,16 +1,19 @@
-"""A late checkpoint save on a `file://` backend, undone before anything acts on it.
+"""A late checkpoint save, undone before anything acts on it (`file://`, and `s3://` stores
+that ignore `If-Match`).
 
 On `s3://` each save of a fenced run is a conditional write (s3_fence.py): a late one is
-refused by the store. On `file://` the CLI writes the checkpoint itself (fileblob: a temporary
-file beside it, renamed over it), so there is no request to refuse: a CLI frozen mid-`up` whose
-lock the shard's next holder broke, thawed later, renames its snapshot over the new holder's.
+refused by a store that honours the precondition (a store that ignores it, Tencent COS's PUT
+Object documents none, lets it land: this module then undoes it as on `file://`). On `file://`
+the CLI writes the checkpoint itself (fileblob: a temporary file beside it, renamed over it),
+so there is no request to refuse: a CLI frozen mid-`up` whose lock the shard's next holder
+broke, thawed later, renames its snapshot over the new holder's.
 The new holder's state loses what it recorded (an adopted or a new instance), and its next
 `up` would launch a second instance for the slot.
 
-So the writer keeps, per stack, the checkpoint as its own last operation left it (`remember`,
-at the end of every operation) and, once it has broken a lock whose CLI may still be alive on
-the stack (`exposed`: an earlier holder's, or any lock it could not prove dead by its pid),
-checks the checkpoint before every operation and every read of the state (`undo_late_save`):
+So once the writer has broken a lock whose CLI may still be alive on the stack (`exposed`: an
+earlier holder's, or any lock it could not prove dead by its pid), it keeps the checkpoint as
+its own last operation left it (`remember`, at the end of every operation) and checks the
+checkpoint before every operation and every read of the state (`undo_late_save`):
 a checkpoint that changed since its own last operation ended, while it held the pool's shard
 throughout, can only be that late save — it puts its own back. Nothing is lost: the late
 save's snapshot is kept beside it (`<checkpoint>.late-<ns>`) and the late run's instances,
@@ -25,6 +28,8 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+
+from minio.error import S3Error
 
 from spotpool.api.stackconfig import PROJECT
 from spotpool.engine.backend_files import ROOT, BackendFiles, open_backend
@@ -48,8 +53,7 @@ undone = 0  # late saves put right since this process started (a figure for the 
 
 
 def _files(pool: StackView) -> BackendFiles | None:
-    url = pool.settings.backend_url
-    return open_backend(url) if url.startswith("file://") else None
+    return open_backend(pool.settings.backend_url)
 
 
 def _current(files: BackendFiles, stack: str) -> tuple[str, bytes] | None:
@@ -59,6 +63,9 @@ def _current(files: BackendFiles, stack: str) -> tuple[str, bytes] | None:
             return key, files.read(key)
         except FileNotFoundError:
             continue
+        except S3Error as error:
+            if error.code != "NoSuchKey":
+                raise
     return None
 
 
@@ -76,7 +83,9 @@ def exposed(pool: StackView) -> None:
 
 def remember(pool: StackView) -> None:
     """The checkpoint as this process's operation leaves it (its CLI runs are over)."""
-    files = _files(pool)
+    with _guard:
+        watched = pool.name in _exposed
+    files = _files(pool) if watched else None
     if files is None:
         return
     found = _current(files, pool.name)

@@ -92,6 +92,8 @@ class EngineSettings(BaseModel):
             work_root=Path(os.environ.get("SPOTPOOL_WORK_DIR") or state / "workspaces"),
             cloud_endpoint=os.environ.get("SPOTPOOL_CLOUD_ENDPOINT") or None,
             secrets_provider=os.environ.get("SPOTPOOL_SECRETS_PROVIDER") or "passphrase",
+            # The operator's own variable: a preview of its stacks tags instances as it does.
+            install_id=os.environ.get("SPOTPOOL_INSTALL_ID") or "default",
         )
 
     def notice_key(self, pool_uid: str) -> str:
