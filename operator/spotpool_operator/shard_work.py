@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from spotpool_operator.shard_metrics import ShardMetrics
@@ -50,6 +51,12 @@ class ShardWork:
         self._lease_locks = [threading.Lock() for _ in range(shards)]  # renew vs release
         self._closing = threading.Event()
         self._epochs = [0] * shards
+        self.epoch_began: list[datetime | None] = [None] * shards  # wall clock, per tenure
+
+    @property
+    def epochs(self) -> list[int]:
+        """How many times this replica took each shard (a tenure each)."""
+        return self._epochs
 
     def shard(self, uid: str) -> int:
         raise NotImplementedError

@@ -87,10 +87,20 @@ class ShardView:
         return self.owner.holds(self.shard)
 
     def acquired_at(self) -> datetime:
-        return self.owner.leases[self.shard].acquired_at()
+        """When this replica's present tenure of the shard began: a shard lost and re-taken
+        while its Lease still named this replica (a renewal that came late) is a new tenure,
+        and every run of the earlier one was drained before it began."""
+        acquired = self.owner.leases[self.shard].acquired_at()
+        began = self.owner.epoch_began[self.shard]
+        return max(acquired, began) if began is not None else acquired
 
     def earlier_holders(self) -> frozenset[str]:
-        return self.owner.leases[self.shard].earlier_holders()
+        """The Lease's recorded holders before this replica, and this replica itself once it
+        re-took the shard: its runs of an earlier tenure were killed and drained first."""
+        earlier = self.owner.leases[self.shard].earlier_holders()
+        if self.owner.epochs[self.shard] > 1:
+            earlier |= {self.owner.hostname}
+        return earlier
 
     def install_hosts(self) -> InstallHosts:
         try:
@@ -312,6 +322,7 @@ class ShardLeases(ShardWork):
             if shard in self._stopped and shard not in self._draining and lease.held():
                 with self._lock:
                     self._epochs[shard] += 1
+                    self.epoch_began[shard] = self.clock()
                     self._stopped.discard(shard)
                 log.info("serving shard %d (Lease %s, token %d)", shard, lease.name,
                          lease.transitions)  # fmt: skip
