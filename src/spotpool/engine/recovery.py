@@ -23,7 +23,13 @@ from tencentcloud.cvm.v20170312 import cvm_client
 
 from spotpool.api.stackconfig import PROJECT, StackConfig
 from spotpool.engine import checkpoint_guard, cloud, dead_runs
-from spotpool.engine.backend_files import ROOT, BackendFiles, latest_deployment, open_backend
+from spotpool.engine.backend_files import (
+    ROOT,
+    BackendFiles,
+    FileBackend,
+    latest_deployment,
+    open_backend,
+)
 from spotpool.engine.errors import StackLockedError
 from spotpool.engine.orphans import GONE_STATES, Action, Decision, Situation, Tagged, decide
 from spotpool.engine.ownership import STALE_MARGIN, LockOwner, Writer, decide_lock
@@ -233,7 +239,9 @@ def break_stale_locks(pool: StackView) -> list[str]:
     writer = pool.settings.writer or Writer(socket.gethostname(), os.getpid())
     now = datetime.now(UTC)
     limit = timedelta(seconds=pool.settings.operation_timeout)  # every run is killed by then
-    notes, kept = _remove_half_written_locks(files, pool.name), []
+    # Only fileblob writes through a temporary file (s3 uploads in one request): no listing more.
+    on_disk = isinstance(files, FileBackend)
+    notes, kept = _remove_half_written_locks(files, pool.name) if on_disk else [], []
     for key in _lock_keys(files, pool.name):
         try:
             owner = LockOwner.parse(key, json.loads(files.read(key)))
