@@ -1,5 +1,6 @@
-"""Shared test helpers: the pinned tools (a missing tool fails the test, never skips it), and
-an event loop for Pulumi's in-process mocks."""
+"""Shared test helpers: the pinned tools (a missing tool fails the test, never skips it), an
+event loop for Pulumi's in-process mocks, and the suite's rules at collection (a tier on every
+module; the longest modules handed out first)."""
 
 import asyncio
 from collections.abc import Iterator
@@ -68,5 +69,27 @@ def _order(item: pytest.Item) -> tuple[int, int]:
     return (1 if tier[0] else 2 if tier[1] else 3), 0
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=_order)  # stable: each module's tests keep their order
+# Every test module names its tier (pyproject's markers): `-m "not e2e"` and the like select by
+# it, so a module without one would run in the wrong selection.
+TIERS = ("unit", "integration", "e2e")
+
+
+def tier_of(item: pytest.Item) -> list[str]:
+    """The tier markers a test carries (its module's `pytestmark`, its class's, its own)."""
+    return [tier for tier in TIERS if item.get_closest_marker(tier) is not None]
+
+
+def untiered(items: list[pytest.Item], root: Path) -> list[str]:
+    """The modules of `items` whose tests carry no tier, or more than one."""
+    return sorted({str(item.path.relative_to(root)) for item in items if len(tier_of(item)) != 1})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wrong = untiered(items, config.rootpath)
+    if wrong:
+        raise pytest.UsageError(
+            "every test module names exactly one tier: add `pytestmark = pytest.mark.unit` "
+            f"(or integration, e2e; see pyproject's markers) to {', '.join(wrong)}"
+        )
+    # stable: a module's tests keep the order pytest-randomly gave them
+    items.sort(key=_order)

@@ -19,6 +19,8 @@ from spotpool.engine import run_fence
 from spotpool.engine.api_proxy import FENCED_CODE, ApiProxy, run_token
 from spotpool.engine.ratelimit import Buckets, RateLimits
 
+pytestmark = pytest.mark.unit
+
 
 class _Recorder(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"

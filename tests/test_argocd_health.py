@@ -15,6 +15,8 @@ from spotpool_operator.failures import PoolProblem
 
 from tests.operator.fakes import World, make_world, pool_body, ref, run
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).parents[1]
 SCRIPT = ROOT / "operator" / "deploy" / "argocd" / "health.lua"
 DOCS = ROOT / "docs" / "gitops.md"

@@ -3,7 +3,11 @@ addresses a bucket as Pulumi's does: virtual-hosted (`https://<bucket>.<endpoint
 Tencent COS requires of buckets made after 2024-01-01 (`PathStyleDomainForbidden`), unless the
 URL asks for the path style (a local S3 server) or the endpoint is an IP address."""
 
+import pytest
+
 from spotpool.engine.backend_files import S3Backend, open_backend
+
+pytestmark = pytest.mark.unit
 
 BUCKET = "examplebucket-1250000000"
 

@@ -2,7 +2,11 @@
 
 from pathlib import Path
 
+import pytest
+
 from bench.plots import capacity_gap_over_time, latency_cdf
+
+pytestmark = pytest.mark.unit
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -3,12 +3,15 @@ committed page, and the walk behind it finds every command, also ones a group lo
 
 from pathlib import Path
 
+import pytest
 import typer
 from typer._click.core import Command
 from typer.core import TyperGroup
 
 from scripts.cli_reference import PAGE, REGENERATE, main, render, walk
 from spotpool.cli import app
+
+pytestmark = pytest.mark.unit
 
 
 def test_docs_cli_md_is_in_step_with_the_command_line() -> None:

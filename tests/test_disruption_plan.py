@@ -13,6 +13,8 @@ from spotpool.engine.disruption import (
     replaced_slots,
 )
 
+pytestmark = pytest.mark.unit
+
 URN = "urn:pulumi:s::spotpool::spotpool:index:SpotPool$tencentcloud:Instance/instance:Instance::gpu"
 
 

@@ -25,6 +25,8 @@ from typer.testing import CliRunner
 from scripts.cli_reference import Entry, walk
 from spotpool.cli import app as spotpool_app
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [
     *(ROOT / name for name in ("README.md", "SECURITY.md", "CHANGELOG.md")),

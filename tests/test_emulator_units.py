@@ -14,6 +14,8 @@ from spotpool.emulator.signature import SignedRequest, scope_service, signature,
 from spotpool.emulator.store import CloudStore
 from spotpool.emulator.world import Settings, World
 
+pytestmark = pytest.mark.unit
+
 KEYS = {"AKIDtest": "secret"}
 NOW = 1_800_000_000
 

@@ -1,7 +1,11 @@
 """The wrapper go.mod that lets upstream Go tools build from the module proxy."""
 
+import pytest
+
 from spotpool.toolchain.gobuild import GoMod, wrapper_go_mod
 from spotpool.toolchain.manifest import GoBuild
+
+pytestmark = pytest.mark.unit
 
 
 def test_local_replaces_become_published_modules_at_the_required_version() -> None:

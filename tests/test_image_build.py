@@ -11,6 +11,8 @@ from spotpool.image import build as image_build
 from spotpool.image.base import apt_mirror
 from spotpool.image.context import CONTEXT_PATHS, DOCKERIGNORE, context_files, inputs_hash
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

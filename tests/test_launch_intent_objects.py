@@ -6,6 +6,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 from pydantic import SecretStr
 
 from spotpool.api.spec import ChargeType
@@ -15,6 +16,8 @@ from spotpool.engine.credentials import Credentials
 from spotpool.engine.launch_intents import LaunchIntent, SlotLaunch
 from spotpool.engine.settings import EngineSettings
 from spotpool.engine.stack import PoolStack
+
+pytestmark = pytest.mark.unit
 
 
 def _stack(tmp_path: Path, name: str = "gpu") -> PoolStack:

@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 from spotpool.cli import LAZY_COMMANDS, app
 from spotpool.lazy_commands import load
 
+pytestmark = pytest.mark.unit
+
 HEAVY = ("kopf", "pulumi", "pulumi_kubernetes", "spotpool_deploy", "spotpool_operator", "aiohttp")
 
 

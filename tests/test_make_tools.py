@@ -10,6 +10,8 @@ from spotpool import demo
 from spotpool.toolchain.install import ToolStatus
 from spotpool.toolchain.manifest import TOOLS, Tool
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -26,6 +26,8 @@ from spotpool.engine.stack import EngineError
 from spotpool.ports import free_port
 from tests.operator.fakes import FakeEngine, World, make_world, noticed_world, pool_body, ref, run
 
+pytestmark = pytest.mark.unit
+
 
 def _beijing(when: datetime) -> str:
     return (when + notices.BEIJING).strftime("%Y-%m-%d %H:%M:%S")

@@ -22,6 +22,8 @@ from spotpool.api.status import Instance, Surge
 from spotpool.notices import agent
 from tests.operator.fakes import make_world, noticed_world, pool_body, ref, run
 
+pytestmark = pytest.mark.unit
+
 AGENT = NoticeAgent(url="http://10.0.0.5:8090", command="spotpool notice-agent")
 
 

@@ -2,9 +2,13 @@
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from spotpool.api.spec import SpotpoolSpec
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.engine.orphans import Action, Decision, Situation, Tagged, decide
+
+pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 11, 24, 5, 0, tzinfo=UTC)
 OLD, YOUNG = NOW - timedelta(hours=1), NOW - timedelta(seconds=30)

@@ -7,6 +7,8 @@ import pytest
 
 from spotpool.engine.ownership import InstallHosts, LockOwner, Writer, decide_lock
 
+pytestmark = pytest.mark.unit
+
 ACQUIRED = datetime(2026, 11, 24, 4, 0, tzinfo=UTC)
 BEFORE, AFTER = ACQUIRED - timedelta(minutes=1), ACQUIRED + timedelta(minutes=1)
 

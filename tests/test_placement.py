@@ -19,6 +19,8 @@ from spotpool.api.placement import (
 )
 from spotpool.api.spec import ChargeType, PlacementStrategy
 
+pytestmark = pytest.mark.unit
+
 SPOT, ON_DEMAND = ChargeType.SPOTPAID, ChargeType.POSTPAID_BY_HOUR
 Z1, Z2, Z3 = "ap-x-1", "ap-x-2", "ap-x-3"
 A, B = "S5.LARGE8", "SA2.LARGE8"

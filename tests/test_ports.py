@@ -3,7 +3,11 @@ client's `bind(0)` can take them between our pick and the server's bind."""
 
 import socket
 
+import pytest
+
 from spotpool.ports import _ephemeral_start, free_port
+
+pytestmark = pytest.mark.unit
 
 
 def test_a_free_port_is_below_the_ephemeral_range_and_bindable() -> None:

@@ -10,6 +10,8 @@ from spotpool.engine.results import changes_by_resource
 from spotpool.preview import report
 from spotpool.preview.run import PoolPreview
 
+pytestmark = pytest.mark.unit
+
 KEYS = ("TENCENTCLOUD_SECRET_ID", "TENCENTCLOUD_SECRET_KEY")
 
 

@@ -9,6 +9,8 @@ from pydantic import ValidationError
 from spotpool.api.crd import CRD_PATH, render_yaml
 from spotpool.api.spec import SpotpoolSpec, parse_duration
 
+pytestmark = pytest.mark.unit
+
 SAMPLE = Path(__file__).parents[1] / "examples" / "article-sample.yaml"
 ROOT = Path(__file__).parents[1]
 

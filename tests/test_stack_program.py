@@ -17,6 +17,8 @@ import pytest
 from spotpool.api.spec import ChargeType, SpotpoolSpec
 from spotpool.api.stackconfig import CONFIG_KEY, PoolIdentity, StackConfig
 
+pytestmark = pytest.mark.unit
+
 PROGRAM = Path(__file__).parents[1] / "stacks" / "spotpool"
 INSTANCE = "tencentcloud:Instance/instance:Instance"
 

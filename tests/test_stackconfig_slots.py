@@ -1,7 +1,11 @@
 """Per-slot config: instance-type fallbacks and adopted instances, and which of them are kept."""
 
+import pytest
+
 from spotpool.api.spec import ChargeType, SpotpoolSpec
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
+
+pytestmark = pytest.mark.unit
 
 
 def config(replicas: int = 3) -> StackConfig:

@@ -3,7 +3,11 @@ pool no longer exists, every branch."""
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from spotpool.engine.orphans import Action, Fleet, Tagged, decide_strays
+
+pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 11, 27, 8, 0, tzinfo=UTC)
 OLD, YOUNG = NOW - timedelta(hours=1), NOW - timedelta(seconds=30)

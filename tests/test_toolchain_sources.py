@@ -26,6 +26,8 @@ from spotpool.toolchain.install import (
 from spotpool.toolchain.manifest import TOOLS_BY_NAME, LocalSource, Tool
 from spotpool.toolchain.paths import bin_dir, tool_dir
 
+pytestmark = pytest.mark.unit
+
 HELLO_GO = """package main
 
 import "fmt"

@@ -3,9 +3,13 @@ run exported does not name it (the run that imported it failed or was killed bef
 
 from typing import Any
 
+import pytest
+
 from spotpool.api.spec import ChargeType, SpotpoolSpec
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.engine.stack_state import SLOT_TYPE, carried_over
+
+pytestmark = pytest.mark.unit
 
 URN = "urn:pulumi:a.b::spotpool::spotpool:index:SpotPool$" + SLOT_TYPE + "::b-slot-"
 

@@ -21,6 +21,8 @@ from spotpool.engine.ratelimit import Buckets
 from tests.conftest import require_tool
 from tests.deploy.dashboard_queries import exposed, problems
 
+pytestmark = pytest.mark.unit
+
 RULE = "templates/prometheusrule.yaml"
 # The labels Prometheus adds to what it scrapes through the ServiceMonitor (honorLabels: a
 # pool's own `namespace` wins over the target's).

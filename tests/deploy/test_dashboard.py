@@ -18,6 +18,8 @@ from spotpool.engine.ratelimit import Buckets
 from tests.deploy.dashboard_queries import exposed, panels, problems, queries
 from tests.deploy.rendered import objects, refusal
 
+pytestmark = pytest.mark.unit
+
 DASHBOARD = chart.CHART / "dashboards" / "spotpool.json"
 
 PANEL_TYPES = {"row", "stat", "timeseries", "bargauge", "table", "gauge", "heatmap", "text"}

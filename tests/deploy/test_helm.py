@@ -17,6 +17,8 @@ from spotpool.api import crd
 from tests.conftest import require_tool
 from tests.deploy.rendered import by_identity, container, deployment, env, objects, pod, refusal
 
+pytestmark = pytest.mark.unit
+
 VALUES = chart.CHART / "values.yaml"
 
 

@@ -3,12 +3,15 @@ render` keeps it so (the real helm)."""
 
 from pathlib import Path
 
+import pytest
 import yaml
 from spotpool_deploy import chart, kustomize
 from spotpool_deploy.cli import app
 from typer.testing import CliRunner
 
 from spotpool.api import crd
+
+pytestmark = pytest.mark.unit
 
 COMMITTED = chart.CHART.parents[1] / "kustomize"
 

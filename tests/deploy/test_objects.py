@@ -11,6 +11,8 @@ from spotpool_operator.settings import OperatorSettings
 
 from tests.deploy.rendered import by_identity, container, deployment, env, objects, pod, refusal
 
+pytestmark = pytest.mark.unit
+
 STATE_DIR = "/var/lib/spotpool/state"  # the paths operator/Dockerfile expects
 WORK_DIR = "/var/lib/spotpool/work"
 PULUMI_HOME = "/var/lib/spotpool/pulumi"

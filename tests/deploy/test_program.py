@@ -9,6 +9,8 @@ import pulumi
 import pytest
 from spotpool_deploy import chart, program
 
+pytestmark = pytest.mark.unit
+
 
 class KubeMocks(pulumi.runtime.Mocks):
     def __init__(self) -> None:

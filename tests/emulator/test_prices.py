@@ -79,6 +79,7 @@ def test_a_price_above_the_max_price_reclaims_and_the_api_reports_it(
     assert status == 400 and "unknown zone" in reply["Error"]
 
 
+@pytest.mark.unit
 def test_drift_moves_every_price_within_its_bounds_and_an_initial_table_loads(
     tmp_path: Path,
 ) -> None:

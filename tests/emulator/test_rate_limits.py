@@ -13,6 +13,8 @@ from tencentcloud.cvm.v20170312 import models
 from tests.emulator.conftest import StartEmulator
 from tests.emulator.harness import EmulatorProcess, describe, run_spot, spot_request
 
+pytestmark = pytest.mark.integration
+
 
 def _burst(call: Callable[[], object], times: int) -> list[str]:
     """Call `times` times back to back; each call's outcome ("OK" or the error code)."""

@@ -36,6 +36,7 @@ def _call(address: str, token: str, verb: str, body: dict[str, str]) -> dict[str
         return data
 
 
+@pytest.mark.unit
 def test_the_key_service_wraps_and_unwraps_only_for_its_token() -> None:
     service = keyserver.KeyService("a passphrase")
     try:

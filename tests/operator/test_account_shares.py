@@ -15,6 +15,8 @@ from spotpool.engine.credentials import Credentials
 from spotpool.engine.ratelimit import Buckets, RateLimits, TokenBucket
 from tests.operator.fakes import make_world, pool_body, ref, run, settings
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("limit", [1, 3, 8])
 def test_the_replicas_shares_never_add_up_to_more_than_the_account_limit(

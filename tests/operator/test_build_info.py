@@ -6,6 +6,8 @@ import pytest
 from prometheus_client import generate_latest
 from spotpool_operator.metrics import Metrics
 
+pytestmark = pytest.mark.unit
+
 
 def test_build_info_names_the_version_the_baked_revision_and_python(
     monkeypatch: pytest.MonkeyPatch,

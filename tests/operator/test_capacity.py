@@ -3,6 +3,7 @@ the engine's replan after a no-stock answer, and where new slots go."""
 
 from typing import Any
 
+import pytest
 from pydantic import SecretStr
 from spotpool_operator.capacity import Capacity, CapacitySettings
 
@@ -11,6 +12,8 @@ from spotpool.api.spec import ChargeType, SpotpoolSpec
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.api.status import Instance
 from spotpool.engine.credentials import Credentials
+
+pytestmark = pytest.mark.unit
 
 SPOT, ON_DEMAND = ChargeType.SPOTPAID, ChargeType.POSTPAID_BY_HOUR
 Z1, Z2 = "ap-singapore-2", "ap-singapore-3"

@@ -7,6 +7,8 @@ from typer.testing import CliRunner
 
 from spotpool.cli import app
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture
 def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:

@@ -17,6 +17,8 @@ from spotpool.api.status import Instance, SpotpoolStatus
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.prices import hourly_prices
 
+pytestmark = pytest.mark.unit
+
 SPOT, ON_DEMAND = ChargeType.SPOTPAID, ChargeType.POSTPAID_BY_HOUR
 Z1, Z2 = "ap-singapore-2", "ap-singapore-3"
 GPU, CPU = "GN7.2XLARGE32", "S5.LARGE8"

@@ -8,6 +8,8 @@ from spotpool_operator.failures import PoolProblem
 
 from tests.operator.fakes import make_world, pool_body, ref, run
 
+pytestmark = pytest.mark.unit
+
 
 def test_a_stack_holding_only_a_surge_waits_for_the_key_pair(tmp_path: Path) -> None:
     before = make_world(tmp_path)

@@ -6,11 +6,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from spotpool_operator.events import FencedEvents
 from spotpool_operator.sharding import shard_of
 from spotpool_operator.shards import ShardLeases
 
 from tests.operator.fakes import RecordedEvents, World, make_world, pool_body, ref, run
+
+pytestmark = pytest.mark.unit
 
 SHARDS = 4
 UID = next(f"uid-{n}" for n in range(1000) if shard_of(f"uid-{n}", SHARDS) == 2)

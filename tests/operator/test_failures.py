@@ -6,6 +6,8 @@ from spotpool_operator.settings import OperatorSettings
 
 from spotpool.engine.stack import EngineError
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     ("message", "reason"),

@@ -16,6 +16,8 @@ from spotpool.engine.fast_launch import FastLaunch
 from spotpool.engine.processes import check_fence
 from tests.operator.fakes import FakeEngine, make_world, pool_body, ref, run
 
+pytestmark = pytest.mark.unit
+
 SHARDS = 4
 
 

@@ -12,6 +12,8 @@ from spotpool.engine.cloud import FleetInstance
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.ratelimit import Buckets, RateLimits, TokenBucket
 
+pytestmark = pytest.mark.unit
+
 KEYS = Credentials(secret_id=SecretStr("AKIDone"), secret_key=SecretStr("key-one"))
 OTHER_KEYS = Credentials(secret_id=SecretStr("AKIDtwo"), secret_key=SecretStr("key-two"))
 

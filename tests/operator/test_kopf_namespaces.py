@@ -4,9 +4,12 @@ skips listed objects: a namespace made between its two listings was never served
 import asyncio
 from typing import Any
 
+import pytest
 from kopf._cogs.structs import references
 from kopf._core.reactor import observation
 from spotpool_operator import kopf_namespaces
+
+pytestmark = pytest.mark.unit
 
 PATTERNS = ["sh-*"]
 

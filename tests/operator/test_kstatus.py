@@ -14,6 +14,8 @@ from spotpool_operator.failures import PoolProblem
 
 from tests.operator.fakes import World, make_world, pool_body, ref, run
 
+pytestmark = pytest.mark.unit
+
 
 def kstatus(body: dict[str, Any], status: dict[str, Any]) -> str:
     if body["metadata"].get("deletionTimestamp"):

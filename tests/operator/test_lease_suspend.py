@@ -11,6 +11,8 @@ from spotpool_operator.shards import ShardLeases
 
 from tests.operator.lease_fakes import FakeLeases
 
+pytestmark = pytest.mark.unit
+
 D = 6.0
 
 

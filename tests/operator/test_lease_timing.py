@@ -11,6 +11,8 @@ from spotpool_operator.lease import OperatorLease
 
 from tests.operator.lease_fakes import FakeClock, FakeLeases, Stalling
 
+pytestmark = pytest.mark.unit
+
 D = 6.0
 
 

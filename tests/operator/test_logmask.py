@@ -6,6 +6,8 @@ import logging
 import pytest
 from spotpool_operator import logmask
 
+pytestmark = pytest.mark.unit
+
 
 def test_secret_fields_are_masked_however_they_are_quoted() -> None:
     spec = {"secretId": "AKIDvisible", "secretKey": "s3cr3t-key", "region": "ap-singapore"}

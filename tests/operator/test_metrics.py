@@ -1,10 +1,13 @@
 """The operator's metrics: pools by phase, the capacity gap, reclaims by zone and type, cloud
 calls and the token buckets, as a scrape reads them."""
 
+import pytest
 from spotpool_operator.metrics import NOTICE_RESULTS, Metrics
 
 from spotpool.api.status import Instance, Phase, SpotpoolStatus, Surge
 from spotpool.engine.ratelimit import Buckets, RateLimits
+
+pytestmark = pytest.mark.unit
 
 
 class Clock:

@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 
 from tests.operator.fakes import make_world, pool_body, settings
 
+pytestmark = pytest.mark.unit
+
 
 def _filters(operator_class: str, tmp_path: Path) -> dict[str, list[Any]]:
     world = make_world(tmp_path, operator_class=operator_class)

@@ -10,6 +10,8 @@ from spotpool_operator.failures import PoolProblem
 
 from tests.operator.fakes import World, make_world, pool_body, ref, run
 
+pytestmark = pytest.mark.unit
+
 
 def test_create_runs_up_and_writes_status(tmp_path: Path) -> None:
     world = make_world(tmp_path)

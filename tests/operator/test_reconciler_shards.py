@@ -15,6 +15,8 @@ from spotpool.api.stackconfig import PoolIdentity
 from spotpool.engine.ownership import LockOwner, Writer, decide_lock
 from tests.operator.fakes import World, make_world, pool_body, ref, run
 
+pytestmark = pytest.mark.unit
+
 SHARDS = 4
 
 

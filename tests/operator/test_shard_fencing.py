@@ -14,6 +14,8 @@ from spotpool_operator.shards import NotServed, ShardLeases
 from spotpool.engine.processes import FencedCommand, fenced
 from tests.operator.lease_fakes import FakeClock, FakeLeases, Stalling
 
+pytestmark = pytest.mark.unit
+
 SHARDS, D = 16, 30.0
 
 

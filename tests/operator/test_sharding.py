@@ -15,6 +15,8 @@ from spotpool_operator.sharding import (
     shard_of,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def test_a_pools_shard_is_stable_and_spread_evenly() -> None:
     assert shard_of("6f1c5a52-2f0e-4a43-9d36-0d8f7f3d7c11", 16) == shard_of(

@@ -3,9 +3,12 @@
 from datetime import UTC, datetime, timedelta
 
 import kubernetes
+import pytest
 from spotpool_operator.sharding import shard_of
 from spotpool_operator.shards import SHARDS_ANNOTATION
 from spotpool_operator.shards_cli import UNHELD, render_text, shard_count, summarize
+
+pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 11, 24, 15, 0, tzinfo=UTC)
 

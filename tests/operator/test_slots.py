@@ -2,7 +2,10 @@
 
 import asyncio
 
+import pytest
 from spotpool_operator.slots import EngineSlots, Priority
+
+pytestmark = pytest.mark.unit
 
 
 async def _run(slots: EngineSlots, order: list[str], name: str, priority: Priority,

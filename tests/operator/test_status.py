@@ -2,10 +2,13 @@
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from spotpool_operator import status as render
 
 from spotpool.api.status import Phase, SpotpoolStatus
 from spotpool.engine.results import OperationKind, OperationResult, SlotOutput
+
+pytestmark = pytest.mark.unit
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=5)

@@ -1,7 +1,10 @@
 """Which stored writer wins over a replica's status write (the real API server's side is in
 tests/e2e/test_status_fencing.py)."""
 
+import pytest
 from spotpool_operator.status_write import newer, present
+
+pytestmark = pytest.mark.unit
 
 MINE = {"lease": "sp-shard-3", "leaseUid": "u1", "token": 4, "holder": "pod-a_1"}
 

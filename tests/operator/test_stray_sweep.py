@@ -5,6 +5,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 import kubernetes
+import pytest
 from pydantic import SecretStr
 from spotpool_operator.kube import KubeCluster
 from spotpool_operator.strays import StraySweep
@@ -12,6 +13,8 @@ from spotpool_operator.strays import StraySweep
 from spotpool.engine.cloud import FleetInstance
 from spotpool.engine.credentials import Credentials
 from tests.operator.fakes import RecordedEvents, run
+
+pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 11, 27, 8, 0, tzinfo=UTC)
 KEYS = Credentials(secret_id=SecretStr("AKID-a"), secret_key=SecretStr("key-a"))
