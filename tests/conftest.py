@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from spotpool.toolchain.install import status
-from spotpool.toolchain.manifest import TOOLS_BY_NAME
+from spotpool.cluster import s3
+from tests._support.s3 import local_s3
+from tests._support.tools import require_tool
+
+__all__ = ["require_tool"]  # where the modules have always imported it from
 
 
-def require_tool(name: str) -> Path:
-    """Path of a pinned tool, or a failure that says how to install it."""
-    state = status(TOOLS_BY_NAME[name])
-    if not state.ok:
-        pytest.fail(
-            f"{name} {state.version} is {state.detail}: run `spotpool toolchain install {name}`"
-        )
-    return state.path
+@pytest.fixture
+def s3_server(tmp_path: Path) -> Iterator[s3.LocalS3]:
+    """A local S3 server (versitygw) on loopback, with its bucket, for this test."""
+    with local_s3(tmp_path / "s3") as server:
+        yield server
 
 
 @pytest.fixture

@@ -8,31 +8,18 @@ import re
 from pathlib import Path
 from typing import Any
 
-import lupa.lua51 as lua51  # type: ignore[import-untyped]
 import pytest
 import yaml
 from spotpool_operator.failures import PoolProblem
 
+from tests._support.argocd import SCRIPT, health
 from tests.operator.fakes import World, make_world, pool_body, ref, run
 
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).parents[1]
-SCRIPT = ROOT / "operator" / "deploy" / "argocd" / "health.lua"
 DOCS = ROOT / "docs" / "gitops.md"
 KEY = "resource.customizations.health.devops.jokerbai.com_Spotpool"
-
-
-def health(obj: dict[str, Any], script: str | None = None) -> tuple[str, str]:
-    """What Argo CD shows for `obj`: the script's (status, message)."""
-    runtime = lua51.LuaRuntime(unpack_returned_tuples=True)
-    sandbox = runtime.globals()
-    for name in ("io", "os", "require", "dofile", "loadfile", "package", "debug"):
-        sandbox[name] = None
-    sandbox.obj = runtime.table_from(obj, recursive=True)
-    result = runtime.execute(script or SCRIPT.read_text())
-    assert set(result.keys()) <= {"status", "message"}
-    return str(result["status"]), str(result["message"])
 
 
 def pool(body: dict[str, Any], status: dict[str, Any] | None) -> dict[str, Any]:

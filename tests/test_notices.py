@@ -78,7 +78,7 @@ def test_report_time_is_utc_plus_8() -> None:
 
 
 def test_stack_config_has_the_agent_only_with_an_endpoint_and_not_opted_out() -> None:
-    from tests.engine.conftest import pool_spec
+    from spotpool.localworld.engine import pool_spec
 
     pool = PoolIdentity(namespace="a", name="b", uid="u")
     assert StackConfig.from_spec(pool, pool_spec(1)).notice_agent is None
@@ -301,7 +301,7 @@ def test_the_on_notice_command_rides_the_agents_environment_file_unquoted() -> N
 
 
 def test_stack_config_carries_the_on_notice_command() -> None:
-    from tests.engine.conftest import pool_spec
+    from spotpool.localworld.engine import pool_spec
 
     pool = PoolIdentity(namespace="a", name="b", uid="u")
     spec = pool_spec(1, terminationNotices={"onNotice": "save", "onNoticeTimeoutSeconds": 30})

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import promql_parser
+from spotpool_deploy import chart
 
+DASHBOARD = chart.CHART / "dashboards" / "spotpool.json"  # the chart's Grafana dashboard
 # Values Grafana puts in place of its variables before a query leaves it.
 GRAFANA_DURATIONS = {"__rate_interval": "2m", "__interval": "30s", "__range": "1h"}
 LABEL_VALUES = re.compile(r"^label_values\((?:(?P<selector>.+),\s*)?(?P<label>\w+)\)$")

@@ -1,8 +1,11 @@
 """`helm template` of the chart, as the tests look at it."""
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from spotpool_deploy import chart
 
 Object = dict[str, Any]
@@ -43,3 +46,34 @@ def refusal(values: dict[str, Any]) -> str:
     text = str(refused.value)
     assert "values don't meet the specifications" in text, text
     return text
+
+
+PARENT = """\
+apiVersion: v2
+name: platform
+version: 1.0.0
+dependencies:
+  - name: spotpool
+    version: 0.1.0
+    repository: file://../spotpool
+    condition: spotpool.enabled
+"""
+
+
+PARENT_VALUES: dict[str, Any] = {
+    "global": {
+        "imageRegistry": "reg.example",
+        "imagePullSecrets": [{"name": "regcred"}],
+        "storageClass": "fast",  # another subchart's global: allowed, unused
+    },
+    "spotpool": {"enabled": True, "watchNamespaces": ["team-a"], "fullRefreshEvery": 10},
+}
+
+
+def parent_chart(tmp_path: Path) -> Path:
+    """A parent chart made the way a platform team makes one, the chart under its charts/."""
+    parent = tmp_path / "platform"
+    shutil.copytree(chart.CHART, parent / "charts" / "spotpool")
+    (parent / "Chart.yaml").write_text(PARENT)
+    (parent / "values.yaml").write_text(yaml.safe_dump(PARENT_VALUES))
+    return parent

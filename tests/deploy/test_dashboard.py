@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
-from spotpool_deploy import chart
 from spotpool_operator.metrics import Metrics
 from spotpool_operator.offering_metrics import OfferingMetrics
 from spotpool_operator.shards import ShardMetrics
@@ -15,12 +14,11 @@ from spotpool_operator.shards import ShardMetrics
 from spotpool.api.interruptions import Learned
 from spotpool.api.status import Instance, Phase, PlacedOffering, SpotpoolStatus
 from spotpool.engine.ratelimit import Buckets
-from tests.deploy.dashboard_queries import exposed, panels, problems, queries
+from tests.deploy.dashboard_queries import DASHBOARD, exposed, panels, problems, queries
 from tests.deploy.rendered import objects, refusal
 
 pytestmark = pytest.mark.unit
 
-DASHBOARD = chart.CHART / "dashboards" / "spotpool.json"
 
 PANEL_TYPES = {"row", "stat", "timeseries", "bargauge", "table", "gauge", "heatmap", "text"}
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}

@@ -4,7 +4,6 @@ teams already use, the values that patch the pod, and the chart as a subchart.""
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,17 @@ from spotpool_deploy import chart
 
 from spotpool.api import crd
 from tests.conftest import require_tool
-from tests.deploy.rendered import by_identity, container, deployment, env, objects, pod, refusal
+from tests.deploy.rendered import (
+    PARENT_VALUES,
+    by_identity,
+    container,
+    deployment,
+    env,
+    objects,
+    parent_chart,
+    pod,
+    refusal,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -236,38 +245,9 @@ def test_helm_lint_passes_and_bad_values_fail_with_the_value_named() -> None:
     assert "/watchNamespaces/0" in bad.stdout and "imge" in bad.stdout, bad.stdout
 
 
-PARENT = """\
-apiVersion: v2
-name: platform
-version: 1.0.0
-dependencies:
-  - name: spotpool
-    version: 0.1.0
-    repository: file://../spotpool
-    condition: spotpool.enabled
-"""
-PARENT_VALUES: dict[str, Any] = {
-    "global": {
-        "imageRegistry": "reg.example",
-        "imagePullSecrets": [{"name": "regcred"}],
-        "storageClass": "fast",  # another subchart's global: allowed, unused
-    },
-    "spotpool": {"enabled": True, "watchNamespaces": ["team-a"], "fullRefreshEvery": 10},
-}
-
-
-def _parent_chart(tmp_path: Path) -> Path:
-    """A parent chart made the way a platform team makes one, the chart under its charts/."""
-    parent = tmp_path / "platform"
-    shutil.copytree(chart.CHART, parent / "charts" / "spotpool")
-    (parent / "Chart.yaml").write_text(PARENT)
-    (parent / "values.yaml").write_text(yaml.safe_dump(PARENT_VALUES))
-    return parent
-
-
 def test_the_chart_works_as_a_subchart_with_global_values(tmp_path: Path) -> None:
     binary = str(require_tool("helm"))
-    parent = _parent_chart(tmp_path)
+    parent = parent_chart(tmp_path)
     lint = subprocess.run(
         [binary, "lint", "--strict", str(parent)], capture_output=True, text=True, timeout=60
     )

@@ -1,5 +1,12 @@
-"""One real kube-apiserver (with etcd) for the e2e tests, with the Spotpool CRD installed."""
+"""The e2e worlds, each written once: the session's kube-apiserver (with etcd) with the
+Spotpool CRD installed (`kube`); a cluster of a module's own for the install tests
+(`private_cluster`); one operator on an emulator
+(`operator_world`), with its termination-notice port open (`notice_world`); operator replicas
+sharing one backend (`replicas`); a Lease namespace with a stallable API-server proxy
+(`lease_world`). Modules set a world's options by overriding `notice_options` or
+`replica_options`."""
 
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,7 +19,10 @@ from spotpool.cluster.local import down, up
 from spotpool.localworld.emulator import start_emulator
 from spotpool.localworld.kube import Kube
 from spotpool.localworld.operator import OperatorWorld
+from spotpool.localworld.slow_proxy import StallProxy, target_of
+from spotpool.ports import free_port
 from tests.conftest import require_tool
+from tests.e2e._support.replicas import Replicas, replica_world
 
 ROOT = Path(__file__).parents[2]
 
@@ -30,12 +40,12 @@ def local_cluster(directory: Path) -> Iterator[Kube]:
         down(directory)
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module")
 def keyserver_stacks() -> Iterator[None]:
-    """The e2e operators make `keyserver` stacks (engine/keyserver.py): each Pulumi run opens
-    its secrets without 1,000,000 PBKDF2 rounds, about half its CPU here, so the e2e modules run
-    sooner. The passphrase default keeps its coverage: the engine tests build their settings
-    without this variable, and the deploy e2e runs the manifests' own environment."""
+    """Opt-in (a module's `pytestmark = pytest.mark.usefixtures("keyserver_stacks")`): its
+    operators make `keyserver` stacks (engine/keyserver.py), whose Pulumi runs open their
+    secrets without 1,000,000 PBKDF2 rounds, about half a run's CPU here. Every other e2e
+    module runs what users get by default (the chart's and the manifests' `passphrase`)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SPOTPOOL_SECRETS_PROVIDER", "keyserver")
         yield
@@ -75,3 +85,60 @@ def operator_world(
         for namespace in operator.namespaces:
             kube.run("delete", "namespace", namespace, "--wait=false")
         emulator.stop()
+
+
+@pytest.fixture(scope="module")
+def private_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
+    """A kube-apiserver of the module's own, without the CRD: the install tests (kustomize,
+    helm, upgrades) install and delete cluster-wide objects the session's cluster keeps."""
+    with local_cluster(tmp_path_factory.mktemp("private-cluster")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def notice_options() -> dict[str, Any]:
+    """`notice_world`'s options (operator_world's); a module overrides this fixture."""
+    return {}
+
+
+@pytest.fixture
+def notice_world(
+    kube: Kube, tmp_path_factory: pytest.TempPathFactory, notice_options: dict[str, Any]
+) -> Iterator[OperatorWorld]:
+    """An operator whose termination-notice endpoint listens on a free port (its env's
+    SPOTPOOL_NOTICE_PORT), refreshing every minute: notices, not refreshes, drive its pools."""
+    options = {"refresh_seconds": 60, "namespace_prefix": "notice-", **notice_options}
+    env = {"SPOTPOOL_NOTICE_PORT": str(free_port()), **options.pop("env", {})}
+    with operator_world(kube, tmp_path_factory.mktemp("notices"), env=env, **options) as world:
+        yield world
+
+
+@pytest.fixture
+def replica_options() -> dict[str, Any]:
+    """`replicas`' options (replica_world's: shards, s3_backend, refresh_seconds, env, ...); a
+    module overrides this fixture."""
+    return {"shards": 2}
+
+
+@pytest.fixture
+def replicas(kube: Kube, tmp_path: Path, replica_options: dict[str, Any]) -> Iterator[Replicas]:
+    """Operator replicas on one emulator and one backend, started by the test
+    (`replicas.start(name)`); their pools deleted and every replica stopped at the end."""
+    with replica_world(kube, tmp_path, **replica_options) as world:
+        yield world
+
+
+@pytest.fixture
+def lease_world(kube: Kube, tmp_path: Path) -> Iterator[tuple[Kube, str, StallProxy, Path]]:
+    """A namespace for Leases and a TCP proxy to the API server a test stalls at will: (the
+    cluster, the namespace, the proxy, a kubeconfig through the proxy)."""
+    namespace = f"fencing-{uuid.uuid4().hex[:6]}"
+    kube.ok("create", "namespace", namespace)
+    proxy = StallProxy(*target_of(kube.kubeconfig))
+    proxied = proxy.kubeconfig(kube.kubeconfig, tmp_path / "kubeconfig-via-proxy")
+    try:
+        yield kube, namespace, proxy, proxied
+    finally:
+        proxy.stalled.clear()
+        proxy.close()
+        kube.run("delete", "namespace", namespace, "--wait=false")

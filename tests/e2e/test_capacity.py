@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from spotpool.localworld.kube import Kube
+from tests._support.buckets import most_over_bucket
 from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, pool_manifest
 
@@ -183,14 +184,3 @@ def test_twenty_percent_throttling_converges_and_no_call_exceeds_its_bucket(
         worst = most_over_bucket(times, rate, burst=max(1.0, rate))
         assert worst <= 1, f"{action}: {worst:.1f} calls over a {rate}/s bucket"
     assert checked > 0
-
-
-def most_over_bucket(times: list[float], rate: float, burst: float) -> float:
-    """The most calls in any window beyond what a (rate, burst) token bucket lets through:
-    n calls in [t_i, t_j] need n <= burst + rate * (t_j - t_i). Positive means over; 1 call
-    of slack is allowed for the network between the bucket and the emulator's clock."""
-    worst = float("-inf")
-    for i in range(len(times)):
-        for j in range(i, len(times)):
-            worst = max(worst, (j - i + 1) - burst - rate * (times[j] - times[i]))
-    return worst

@@ -15,9 +15,8 @@ from spotpool.localworld.kube import Kube
 from spotpool.localworld.prometheus import PrometheusProcess
 from spotpool.localworld.prometheus import start as start_prometheus
 from tests.conftest import require_tool
-from tests.deploy.dashboard_queries import concrete, exposed, problems, queries
+from tests.deploy.dashboard_queries import DASHBOARD, concrete, exposed, problems, queries
 from tests.deploy.rendered import objects
-from tests.deploy.test_dashboard import DASHBOARD
 from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, pool_manifest
 

@@ -9,8 +9,8 @@ import pytest
 from tencentcloud.cvm.v20170312 import models
 
 from spotpool.localworld.kube import Kube
+from tests.e2e._support.operator_runs import tagged_instance
 from tests.e2e.conftest import operator_world
-from tests.e2e.test_operator import tagged_instance
 from tests.operator.world import OperatorWorld, pool_manifest
 
 pytestmark = pytest.mark.e2e

@@ -21,7 +21,7 @@ from spotpool_operator.shards import ShardLeases
 from spotpool.localworld.kube import Kube
 from spotpool.localworld.operator import pool_manifest
 from spotpool.localworld.slow_proxy import StallProxy
-from tests.e2e.test_fencing import Running, _api, world  # noqa: F401  (the fixture)
+from tests.e2e._support.leases import Running, coordination_api
 from tests.operator.fakes import FakeCloud, FakeCluster, FakeEngine, ref, run, settings
 
 pytestmark = pytest.mark.e2e
@@ -65,10 +65,10 @@ def _reasons(kube: Kube, namespace: str, name: str) -> list[str]:
 
 
 def test_a_replica_whose_shard_went_posts_no_reclaimed_event(
-    world: tuple[Kube, str, StallProxy, Path],  # noqa: F811
+    lease_world: tuple[Kube, str, StallProxy, Path],
     tmp_path: Path,
 ) -> None:
-    kube, namespace, proxy, proxied = world
+    kube, namespace, proxy, proxied = lease_world
     name = f"pool-{uuid.uuid4().hex[:6]}"
     manifest = pool_manifest(name)
     kube.ok("-n", namespace, "apply", "-f", "-", stdin=json.dumps(manifest))
@@ -80,7 +80,7 @@ def test_a_replica_whose_shard_went_posts_no_reclaimed_event(
         settings(tmp_path), cluster, events, Metrics(),
         lambda pool, creds, region, progress: FakeEngine(cloud, pool, creds),
     )  # fmt: skip
-    a = Running(ShardLeases(_api(proxied), namespace, "ef", 1, D, hostname="pod-a"))
+    a = Running(ShardLeases(coordination_api(proxied), namespace, "ef", 1, D, hostname="pod-a"))
     b: Running | None = None
     try:
         reconciler.shards = a.replica
@@ -89,7 +89,9 @@ def test_a_replica_whose_shard_went_posts_no_reclaimed_event(
         _wait(lambda: "Converged" in _reasons(kube, namespace, name), "A's Converged", 30)
 
         proxy.stalled.set()  # A's connection stalls: its renewals stop reaching the server
-        b = Running(ShardLeases(_api(kube.kubeconfig), namespace, "ef", 1, D, hostname="pod-b"))
+        b = Running(
+            ShardLeases(coordination_api(kube.kubeconfig), namespace, "ef", 1, D, hostname="pod-b")
+        )
         b_replica = b.replica
         _wait(lambda: b_replica.serves(uid), "B to take the shard over", 4 * D)
         assert not a.replica.serves(uid)

@@ -5,27 +5,20 @@ are over, and a launch whose turn comes after its shard stopped sends nothing: A
 launches for a pool it no longer serves. Real kube-apiserver, emulator, Pulumi, operators as
 processes."""
 
-import json
 import re
-import uuid
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import pytest
 from spotpool_operator.sharding import shard_of
 
-from spotpool.localworld.emulator import start_emulator
-from spotpool.localworld.kube import Kube
-from tests.conftest import require_tool
-from tests.e2e.test_fencing_operators import _delete_pools_while_served
-from tests.operator.world import OperatorWorld, pool_manifest
+from tests.e2e._support.replicas import Replicas, apply_pools
 
 pytestmark = pytest.mark.e2e
 POOLS, SHARDS = 6, 2
 # One RunInstances every 10 s for the account: the storm's launches queue at the bucket for a
 # minute, longer than a replica takes to start and join.
-LIMITS = {"SPOTPOOL_SHARDS": str(SHARDS), "SPOTPOOL_API_LIMITS": "RunInstances=0.1"}
+LIMITS = {"SPOTPOOL_API_LIMITS": "RunInstances=0.1"}
 
 
 def _fast_launches(emulator: Any) -> list[dict[str, Any]]:
@@ -38,86 +31,57 @@ def _given_up(log: str) -> dict[int, int]:
     return {int(m.group(1)): m.start() for m in re.finditer(r"giving shard (\d+) up", log)}
 
 
-def test_a_replica_never_launches_for_a_pool_whose_shard_it_gave_up(
-    kube: Kube, tmp_path: Path
-) -> None:
-    for tool in ("pulumi", "pulumi-resource-tencentcloud"):
-        require_tool(tool)
-    emulator = start_emulator(tmp_path / "cloud.db", tmp_path / "emulator.log", boot_seconds=0)
-    lease_namespace = f"handover-{uuid.uuid4().hex[:6]}"
-    kube.ok("create", "namespace", lease_namespace)
-    backend = f"file://{tmp_path / 'backend'}"
-    (tmp_path / "backend").mkdir()
-    replicas: dict[str, OperatorWorld] = {}
+@pytest.fixture
+def replica_options() -> dict[str, Any]:
+    return {"shards": SHARDS, "namespace_prefix": "handover-", "env": LIMITS}
 
-    def start(name: str) -> OperatorWorld:
-        (tmp_path / name).mkdir()
-        world = OperatorWorld(
-            kube, emulator, tmp_path / name, refresh_seconds=300,
-            hostname=f"spotpool-operator-{name}-{uuid.uuid4().hex[:4]}",
-            lease_namespace=lease_namespace, backend_url=backend, namespace_prefix="handover-",
-            env=LIMITS,
-        )  # fmt: skip
-        world.start()
-        replicas[name] = world
-        return world
 
-    try:
-        a = start("a")
-        ns = a.namespace()
-        names = [f"pool-{i}" for i in range(POOLS)]
-        items = [{**pool_manifest(n, replicas=1), "metadata": {"name": n, "namespace": ns}}
-                 for n in names]  # fmt: skip
-        a.kube.ok("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                        "items": items}))  # fmt: skip
-        pools = {n: a.wait_ready(ns, n, 1, timeout=300) for n in names}
-        uids = {n: p["metadata"]["uid"] for n, p in pools.items()}
-        victims = [i["instanceId"] for p in pools.values() for i in p["status"]["instances"]]
+def test_a_replica_never_launches_for_a_pool_whose_shard_it_gave_up(replicas: Replicas) -> None:
+    emulator = replicas.emulator
+    a = replicas.start("a")
+    ns = a.namespace()
+    names = [f"pool-{i}" for i in range(POOLS)]
+    apply_pools(a, ns, names)
+    pools = {n: a.wait_ready(ns, n, 1, timeout=300) for n in names}
+    uids = {n: p["metadata"]["uid"] for n, p in pools.items()}
+    victims = [i["instanceId"] for p in pools.values() for i in p["status"]["instances"]]
 
-        emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": victims})
-        a.wait_until(lambda: _fast_launches(emulator), "A's first fast launch", 60)
-        c = start("c")  # joins while A's other launches wait at the bucket
-        c.wait_until(lambda: "-shard-" in c.log.read_text(errors="replace"),
-                     "C holding a shard", 60)  # fmt: skip
-        gone = set(victims)
+    emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": victims})
+    a.wait_until(lambda: _fast_launches(emulator), "A's first fast launch", 60)
+    c = replicas.start("c")  # joins while A's other launches wait at the bucket
+    c.wait_until(lambda: "-shard-" in c.log.read_text(errors="replace"),
+                 "C holding a shard", 60)  # fmt: skip
+    gone = set(victims)
 
-        def replaced(name: str) -> bool:  # Ready again, on an instance that is not a victim
-            status = a.status(ns, name)
-            ids = {i["instanceId"] for i in status.get("instances") or []}
-            return status.get("readyReplicas") == 1 and len(ids) == 1 and not ids & gone
+    def replaced(name: str) -> bool:  # Ready again, on an instance that is not a victim
+        status = a.status(ns, name)
+        ids = {i["instanceId"] for i in status.get("instances") or []}
+        return status.get("readyReplicas") == 1 and len(ids) == 1 and not ids & gone
 
-        for name in names:  # the storm settles, each pool replaced by its server
-            a.wait_until(partial(replaced, name), f"{name} replaced", 300)
-        a.wait_until(lambda: _given_up(a.log.read_text(errors="replace")),
-                     "A giving a shard up to C", 120)  # fmt: skip
-        # Each of A's launches ends with a line of its own: launched, or refused.
-        ended = re.compile(r"launched ahead|fast launch of slot")
-        a.wait_until(
-            lambda: len(ended.findall(a.log.read_text(errors="replace"))) >= POOLS,
-            "every one of A's fast launches over", 180,
-        )  # fmt: skip
+    for name in names:  # the storm settles, each pool replaced by its server
+        a.wait_until(partial(replaced, name), f"{name} replaced", 300)
+    a.wait_until(lambda: _given_up(a.log.read_text(errors="replace")),
+                 "A giving a shard up to C", 120)  # fmt: skip
+    # Each of A's launches ends with a line of its own: launched, or refused.
+    ended = re.compile(r"launched ahead|fast launch of slot")
+    a.wait_until(
+        lambda: len(ended.findall(a.log.read_text(errors="replace"))) >= POOLS,
+        "every one of A's fast launches over", 180,
+    )  # fmt: skip
 
-        log = a.log.read_text(errors="replace")
-        given_up = _given_up(log)
-        after = [  # A's launches for a pool of a shard it gave up, ending after that
-            line
-            for name in names
-            if (shard := shard_of(uids[name], SHARDS)) in given_up
-            for line in log[given_up[shard] :].splitlines()
-            if f"/{name}]" in line and ended.search(line)
-        ]
-        assert after, "no launch of A still waited when its shard went: nothing was shown"
-        late = [line for line in after if "launched ahead of the Pulumi run" in line]
-        assert not late, late  # sent after the shard was given up
-        for name in names:  # every pool whole, with no second instance for its slot
-            status = a.status(ns, name)
-            ids = sorted(i["instanceId"] for i in status["instances"])
-            assert sorted(a.cloud(uids[name])) == ids and len(ids) == 1, (name, ids)
-    finally:
-        namespaces = {n for world in replicas.values() for n in world.namespaces}
-        _delete_pools_while_served(kube, namespaces)
-        for world in replicas.values():
-            world.stop()
-        for namespace in [*namespaces, lease_namespace]:
-            kube.run("delete", "namespace", namespace, "--wait=false")
-        emulator.stop()
+    log = a.log.read_text(errors="replace")
+    given_up = _given_up(log)
+    after = [  # A's launches for a pool of a shard it gave up, ending after that
+        line
+        for name in names
+        if (shard := shard_of(uids[name], SHARDS)) in given_up
+        for line in log[given_up[shard] :].splitlines()
+        if f"/{name}]" in line and ended.search(line)
+    ]
+    assert after, "no launch of A still waited when its shard went: nothing was shown"
+    late = [line for line in after if "launched ahead of the Pulumi run" in line]
+    assert not late, late  # sent after the shard was given up
+    for name in names:  # every pool whole, with no second instance for its slot
+        status = a.status(ns, name)
+        ids = sorted(i["instanceId"] for i in status["instances"])
+        assert sorted(a.cloud(uids[name])) == ids and len(ids) == 1, (name, ids)

@@ -3,86 +3,19 @@ ahead never takes a shard a live replica keeps renewing; a replica whose API-ser
 stalls (a TCP proxy holding its bytes) kills its runs before anyone may take its shards over;
 with operators, no two replicas ever run Pulumi on one stack (their logs)."""
 
-import asyncio
-import contextlib
-import threading
 import time
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import kubernetes
 import pytest
 from spotpool_operator.shards import ShardLeases
 
 from spotpool.localworld.kube import Kube
-from spotpool.localworld.slow_proxy import StallProxy, target_of
+from spotpool.localworld.slow_proxy import StallProxy
+from tests.e2e._support.leases import Running, coordination_api
 
 pytestmark = pytest.mark.e2e
 SHARDS, D, AHEAD = 4, 6.0, 15.0
-
-
-@dataclass
-class Running:
-    """A replica's real loops (`ShardLeases.run`: rounds and the watcher thread) in a thread."""
-
-    replica: ShardLeases
-    stops: dict[int, list[float]] = field(default_factory=dict)  # shard -> when its work stopped
-    loop: asyncio.AbstractEventLoop | None = None
-    task: "asyncio.Task[None] | None" = None
-
-    def __post_init__(self) -> None:
-        def stopped(shard: int, uids: list[str]) -> None:
-            times = self.stops.setdefault(shard, [])
-            if not times or time.monotonic() - times[-1] > 1.0:  # the first kill of a stop
-                times.append(time.monotonic())
-
-        self.replica.on_stop.append(stopped)
-        started = threading.Event()
-
-        def serve() -> None:
-            async def main() -> None:
-                self.loop = asyncio.get_running_loop()
-                self.task = asyncio.current_task()
-                started.set()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self.replica.run()
-
-            asyncio.run(main())
-
-        self.thread = threading.Thread(target=serve, daemon=True)
-        self.thread.start()
-        started.wait(5)
-
-    def held(self) -> set[int]:
-        return {s for s in range(SHARDS) if self.replica.holds(s)}
-
-    def stop(self) -> None:
-        if self.loop is not None and self.task is not None:
-            self.loop.call_soon_threadsafe(self.task.cancel)
-        self.thread.join(10)
-        self.replica.release_all(grace=5)
-
-
-@pytest.fixture()
-def world(kube: Kube, tmp_path: Path) -> Iterator[tuple[Kube, str, StallProxy, Path]]:
-    namespace = f"fencing-{uuid.uuid4().hex[:6]}"
-    kube.ok("create", "namespace", namespace)
-    proxy = StallProxy(*target_of(kube.kubeconfig))
-    proxied = proxy.kubeconfig(kube.kubeconfig, tmp_path / "kubeconfig-via-proxy")
-    try:
-        yield kube, namespace, proxy, proxied
-    finally:
-        proxy.stalled.clear()
-        proxy.close()
-        kube.run("delete", "namespace", namespace, "--wait=false")
-
-
-def _api(kubeconfig: Path) -> object:
-    client = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
-    return kubernetes.client.CoordinationV1Api(client)
 
 
 def _watch(a: Running, b: Running, seconds: float, until: object = None) -> list[str]:
@@ -101,10 +34,12 @@ def _watch(a: Running, b: Running, seconds: float, until: object = None) -> list
 
 
 def test_a_replica_15s_ahead_and_a_stalled_replica_never_serve_one_shard_at_once(
-    world: tuple[Kube, str, StallProxy, Path],
+    lease_world: tuple[Kube, str, StallProxy, Path],
 ) -> None:
-    kube, namespace, proxy, proxied = world
-    a = Running(ShardLeases(_api(proxied), namespace, "sp", SHARDS, D, hostname="pod-a"))
+    kube, namespace, proxy, proxied = lease_world
+    a = Running(
+        ShardLeases(coordination_api(proxied), namespace, "sp", SHARDS, D, hostname="pod-a")
+    )
     try:
         ends = time.monotonic() + 30
         while a.held() != set(range(SHARDS)) and time.monotonic() < ends:
@@ -114,7 +49,7 @@ def test_a_replica_15s_ahead_and_a_stalled_replica_never_serve_one_shard_at_once
         # B joins with its clock 15 s ahead: to its wall clock every Lease of A's looks 15 s
         # old (more than twice the duration); it takes its share only as A hands shards over.
         ahead = lambda: datetime.now(UTC) + timedelta(seconds=AHEAD)  # noqa: E731
-        b_api = _api(kube.kubeconfig)
+        b_api = coordination_api(kube.kubeconfig)
         b = Running(ShardLeases(b_api, namespace, "sp", SHARDS, D, "pod-b", ahead))
         try:
             both = _watch(a, b, 3 * D, until=lambda: len(a.held()) == len(b.held()) == 2)
@@ -156,14 +91,14 @@ def test_a_replica_15s_ahead_and_a_stalled_replica_never_serve_one_shard_at_once
 
 
 def test_a_replica_keeps_its_16_shards_through_a_slow_api_server_connection(
-    world: tuple[Kube, str, StallProxy, Path],
+    lease_world: tuple[Kube, str, StallProxy, Path],
 ) -> None:
     """Every request through the proxy takes about 0.3 s more (0.15 s each way): a round of 18
     requests one after another would take longer than a Lease is held, and the replica would
     drop and re-take its shards in a loop; in parallel a round takes under a second."""
-    _, namespace, proxy, proxied = world
+    _, namespace, proxy, proxied = lease_world
     shards = 16
-    a = ShardLeases(_api(proxied), namespace, "sp", shards, D, hostname="pod-a")
+    a = ShardLeases(coordination_api(proxied), namespace, "sp", shards, D, hostname="pod-a")
     running = Running(a)
     try:
         ends = time.monotonic() + 30

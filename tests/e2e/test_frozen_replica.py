@@ -9,21 +9,16 @@ pool ends whole and no lock is left."""
 import json
 import re
 import signal
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from spotpool.api.stackconfig import PROJECT
-from spotpool.cluster import s3
 from spotpool.engine.backend_files import ROOT, latest_deployment, open_backend
-from spotpool.localworld.emulator import start_emulator
-from spotpool.localworld.kube import Kube
-from tests.conftest import require_tool
-from tests.e2e.test_fencing_operators import _delete_pools_while_served
+from tests.e2e._support.replicas import Replicas
 from tests.operator.world import OperatorWorld, pool_manifest
 
 pytestmark = pytest.mark.e2e
@@ -67,76 +62,53 @@ def _ends(world: OperatorWorld, stack: str, after: int) -> bool:
     return re.search(rf"\] \w+ of {re.escape(stack)} ends$", text, re.MULTILINE) is not None
 
 
+@pytest.fixture
+def replica_options() -> dict[str, Any]:
+    env = {"SPOTPOOL_API_LIMITS": API_LIMITS}
+    return {"shards": 1, "s3_backend": True, "namespace_prefix": "frozen-", "env": env}
+
+
 def test_a_replica_frozen_mid_up_past_its_lease_writes_nothing_after_the_thaw(
-    kube: Kube, tmp_path: Path
+    replicas: Replicas,
 ) -> None:
-    for tool in ("pulumi", "pulumi-resource-tencentcloud", "versitygw"):
-        require_tool(tool)
-    emulator = start_emulator(tmp_path / "cloud.db", tmp_path / "emulator.log", boot_seconds=0)
-    server = s3.start(tmp_path / "s3")
+    emulator, server = replicas.emulator, replicas.server
+    assert server is not None
     files = open_backend(server.backend_url, server.env)
     assert files is not None
-    lease_namespace = f"frozen-{uuid.uuid4().hex[:6]}"
-    kube.ok("create", "namespace", lease_namespace)
-    replicas: dict[str, OperatorWorld] = {}
+    a = replicas.start("a")
+    ns = a.namespace()
+    a.apply(ns, pool_manifest("gpu", replicas=1))
+    uid = a.wait_ready(ns, "gpu", 1, timeout=300)["metadata"]["uid"]
+    stack = f"{ns}.gpu"
+    b = replicas.start("b")  # joins; the one shard stays A's (its share)
 
-    def start(name: str) -> OperatorWorld:
-        (tmp_path / name).mkdir()
-        world = OperatorWorld(
-            kube, emulator, tmp_path / name, refresh_seconds=300,
-            hostname=f"spotpool-operator-{name}-{uuid.uuid4().hex[:4]}",
-            lease_namespace=lease_namespace, backend_url=server.backend_url,
-            backend_env=server.env, namespace_prefix="frozen-",
-            env={"SPOTPOOL_SHARDS": "1", "SPOTPOOL_API_LIMITS": API_LIMITS},
-        )  # fmt: skip
-        world.start()
-        replicas[name] = world
-        return world
+    b_before = len(b.log.read_bytes())
+    a.kube.ok("-n", ns, "patch", "spotpool", "gpu", "--type=merge",
+              "-p", json.dumps({"spec": {"replicas": 2}}))  # fmt: skip
+    a.wait_until(lambda: _queued_run_instances(a), "A's RunInstances queued", 120)
+    with frozen(a):
+        # Past A's Lease: B takes the shard, breaks A's lock and converges the pool.
+        b.wait_ready(ns, "gpu", 2, timeout=240)
+        b.wait_until(lambda: _ends(b, stack, b_before), "B's run on the stack ends", 60)
+        thawed_at = len(emulator.admin_ok("GET", "/_emulator/requests")["Requests"])
+        a_before = len(a.log.read_bytes())
+    # Thawed: A's run goes on where it stopped, and ends.
+    a.wait_until(lambda: _ends(a, stack, a_before), "A's run on the stack ends", 120)
+    a.wait_until(lambda: not files.keys(f"{ROOT}/locks/"), "no lock left", 60)
 
-    try:
-        a = start("a")
-        ns = a.namespace()
-        a.apply(ns, pool_manifest("gpu", replicas=1))
-        uid = a.wait_ready(ns, "gpu", 1, timeout=300)["metadata"]["uid"]
-        stack = f"{ns}.gpu"
-        b = start("b")  # joins; the one shard stays A's (its share)
-
-        b_before = len(b.log.read_bytes())
-        a.kube.ok("-n", ns, "patch", "spotpool", "gpu", "--type=merge",
-                  "-p", json.dumps({"spec": {"replicas": 2}}))  # fmt: skip
-        a.wait_until(lambda: _queued_run_instances(a), "A's RunInstances queued", 120)
-        with frozen(a):
-            # Past A's Lease: B takes the shard, breaks A's lock and converges the pool.
-            b.wait_ready(ns, "gpu", 2, timeout=240)
-            b.wait_until(lambda: _ends(b, stack, b_before), "B's run on the stack ends", 60)
-            thawed_at = len(emulator.admin_ok("GET", "/_emulator/requests")["Requests"])
-            a_before = len(a.log.read_bytes())
-        # Thawed: A's run goes on where it stopped, and ends.
-        a.wait_until(lambda: _ends(a, stack, a_before), "A's run on the stack ends", 120)
-        a.wait_until(lambda: not files.keys(f"{ROOT}/locks/"), "no lock left", 60)
-
-        late = [
-            (c["Action"], c["Code"])
-            for c in emulator.admin_ok("GET", "/_emulator/requests")["Requests"][thawed_at:]
-            if c["Action"] in WRITES
-        ]
-        assert late == [], f"the thawed replica's cloud writes landed: {late}"
-        state = latest_deployment(files, PROJECT, stack) or {}
-        tracked = sorted(
-            str(r["id"]) for r in state.get("resources") or [] if r.get("type") == INSTANCE_TYPE
-        )
-        running = sorted(i for i, s in a.cloud(uid).items() if s == "RUNNING")
-        print(f"\nstate tracks {tracked}; the cloud runs {running}; A refused: "
-              f"{a.log.read_text(errors='replace').count(' refused: ')} call(s)")  # fmt: skip
-        assert tracked == running, "the stack lost track of a running instance"
-        pool = b.wait_ready(ns, "gpu", 2, timeout=120)
-        assert sorted(i["instanceId"] for i in pool["status"]["instances"]) == running
-    finally:
-        namespaces = {n for world in replicas.values() for n in world.namespaces}
-        _delete_pools_while_served(kube, namespaces)
-        for world in replicas.values():
-            world.stop()
-        for namespace in [*namespaces, lease_namespace]:
-            kube.run("delete", "namespace", namespace, "--wait=false")
-        server.stop()
-        emulator.stop()
+    late = [
+        (c["Action"], c["Code"])
+        for c in emulator.admin_ok("GET", "/_emulator/requests")["Requests"][thawed_at:]
+        if c["Action"] in WRITES
+    ]
+    assert late == [], f"the thawed replica's cloud writes landed: {late}"
+    state = latest_deployment(files, PROJECT, stack) or {}
+    tracked = sorted(
+        str(r["id"]) for r in state.get("resources") or [] if r.get("type") == INSTANCE_TYPE
+    )
+    running = sorted(i for i, s in a.cloud(uid).items() if s == "RUNNING")
+    print(f"\nstate tracks {tracked}; the cloud runs {running}; A refused: "
+          f"{a.log.read_text(errors='replace').count(' refused: ')} call(s)")  # fmt: skip
+    assert tracked == running, "the stack lost track of a running instance"
+    pool = b.wait_ready(ns, "gpu", 2, timeout=120)
+    assert sorted(i["instanceId"] for i in pool["status"]["instances"]) == running

@@ -11,9 +11,9 @@ import pytest
 
 from spotpool.localworld.emulator import SECRET_ID, SECRET_KEY
 from spotpool.localworld.kube import Kube
+from tests._support.argocd import health
 from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, pool_manifest
-from tests.test_argocd_health import health
 
 pytestmark = pytest.mark.e2e
 

@@ -18,8 +18,8 @@ from pydantic import SecretStr
 from spotpool.engine import cloud
 from spotpool.engine.credentials import Credentials
 from spotpool.localworld.kube import Kube
+from tests.e2e._support.operator_runs import INSTALL_LEASE
 from tests.e2e.conftest import operator_world
-from tests.e2e.test_operator import LEASE_NAME
 from tests.emulator.harness import spot_request
 from tests.operator.world import OperatorWorld, pool_manifest
 
@@ -75,7 +75,7 @@ def test_a_deleted_pools_late_instance_is_swept_and_another_installs_is_not(
     _delete(world, ns, "late")
     swept_before = _swept_total(world)
     # A replica that stalled before its RunInstances sends it now: the pool is gone.
-    stray = _launch(world, ns, "late", uid, install=f"default.{LEASE_NAME}")
+    stray = _launch(world, ns, "late", uid, install=f"default.{INSTALL_LEASE}")
     theirs = _launch(world, ns, "late", uid, install="another-install")
     untagged = _launch(world, ns, "late", uid, install=None)
 

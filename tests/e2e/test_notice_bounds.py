@@ -21,7 +21,6 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,9 +32,6 @@ from tencentcloud.cvm.v20170312 import models
 from spotpool.api import notices
 from spotpool.engine import cloud
 from spotpool.engine.credentials import Credentials
-from spotpool.localworld.kube import Kube
-from spotpool.ports import free_port
-from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, pool_manifest
 
 pytestmark = pytest.mark.e2e
@@ -46,23 +42,17 @@ PEER_BURST, PEER_RATE = 100, 20.0  # its bucket of reports from one address (Not
 
 
 @pytest.fixture
-def world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorWorld]:
-    port = free_port()
-    with operator_world(
-        kube, tmp_path_factory.mktemp("notice-bounds"), refresh_seconds=60,
-        namespace_prefix="bounds-",
-        env={"SPOTPOOL_NOTICE_PORT": str(port), "SPOTPOOL_SURGE_MAX_LIFE": str(MAX_LIFE)},
-    ) as world:  # fmt: skip
-        yield world
+def notice_options() -> dict[str, Any]:
+    return {"namespace_prefix": "bounds-", "env": {"SPOTPOOL_SURGE_MAX_LIFE": str(MAX_LIFE)}}
 
 
-def _agent_settings(world: OperatorWorld, instance_id: str) -> dict[str, str]:
+def _agent_settings(notice_world: OperatorWorld, instance_id: str) -> dict[str, str]:
     """What a reader of instance attributes sees of the agent: its settings, token included."""
     keys = Credentials(
-        secret_id=SecretStr(world.emulator.secret_id),
-        secret_key=SecretStr(world.emulator.secret_key),
+        secret_id=SecretStr(notice_world.emulator.secret_id),
+        secret_key=SecretStr(notice_world.emulator.secret_key),
     )
-    client = cloud.cvm(keys, REGION, world.emulator.endpoint)
+    client = cloud.cvm(keys, REGION, notice_world.emulator.endpoint)
     request = models.DescribeInstancesAttributesRequest()
     request.from_json_string(json.dumps({"InstanceIds": [instance_id], "Attributes": ["UserData"]}))
     reply = client.DescribeInstancesAttributes(request)
@@ -71,8 +61,8 @@ def _agent_settings(world: OperatorWorld, instance_id: str) -> dict[str, str]:
     )
 
 
-def _port(world: OperatorWorld) -> int:
-    return int(world.env["SPOTPOOL_NOTICE_PORT"])
+def _port(notice_world: OperatorWorld) -> int:
+    return int(notice_world.env["SPOTPOOL_NOTICE_PORT"])
 
 
 def _beijing(when: datetime) -> str:
@@ -80,7 +70,7 @@ def _beijing(when: datetime) -> str:
 
 
 def _post(
-    world: OperatorWorld, settings: dict[str, str], instance_id: str, when: str,
+    notice_world: OperatorWorld, settings: dict[str, str], instance_id: str, when: str,
     nonce: str | None = None,
 ) -> tuple[int, str]:  # fmt: skip
     """A report signed with `settings`' token (naming `nonce`, by default the settings' own)."""
@@ -95,7 +85,7 @@ def _post(
         fields["nonce"] = named
     body = json.dumps(fields).encode()
     signature = notices.sign(settings["SPOTPOOL_NOTICE_TOKEN"], int(time.time()), body)
-    port = _port(world)
+    port = _port(notice_world)
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}{notices.REPORT_PATH}", data=body, method="POST",
         headers={"Content-Type": "application/json", notices.SIGNATURE_HEADER: signature},
@@ -111,52 +101,56 @@ def _by_slot(status: dict[str, Any]) -> dict[int, str]:
     return {int(i["slot"]): str(i["instanceId"]) for i in status.get("instances") or []}
 
 
-def test_report_times_are_bounded_and_a_surge_lives_at_most_its_cap(world: OperatorWorld) -> None:
-    ns = world.namespace()
-    world.apply(ns, pool_manifest("gpu", replicas=2, refreshInterval="10s"))
-    pool = world.wait_ready(ns, "gpu", 2)
+def test_report_times_are_bounded_and_a_surge_lives_at_most_its_cap(
+    notice_world: OperatorWorld,
+) -> None:
+    ns = notice_world.namespace()
+    notice_world.apply(ns, pool_manifest("gpu", replicas=2, refreshInterval="10s"))
+    pool = notice_world.wait_ready(ns, "gpu", 2)
     uid, first = pool["metadata"]["uid"], _by_slot(pool["status"])
-    slot0 = _agent_settings(world, first[0])
+    slot0 = _agent_settings(notice_world, first[0])
     now = datetime.now(UTC)
 
-    code, message = _post(world, slot0, first[0], "2026-02-30 10:00:00")
+    code, message = _post(notice_world, slot0, first[0], "2026-02-30 10:00:00")
     assert code == 400, message  # no such day
-    code, message = _post(world, slot0, first[0], _beijing(now + timedelta(days=3650)))
+    code, message = _post(notice_world, slot0, first[0], _beijing(now + timedelta(days=3650)))
     assert code == 422 and "ahead" in message, message
-    code, message = _post(world, slot0, first[0], _beijing(now - timedelta(minutes=10)))
+    code, message = _post(notice_world, slot0, first[0], _beijing(now - timedelta(minutes=10)))
     assert code == 422 and "passed" in message, message
     time.sleep(5)
-    status = world.status(ns, "gpu")
+    status = notice_world.status(ns, "gpu")
     assert not status.get("surges") and status["notices"]["total"] == 0
-    assert sorted(world.cloud(uid)) == sorted(first.values())  # nothing made
+    assert sorted(notice_world.cloud(uid)) == sorted(first.values())  # nothing made
 
     # Within bounds (nine minutes out), but the cloud never takes the instance.
-    code, message = _post(world, slot0, first[0], _beijing(now + timedelta(minutes=9)))
+    code, message = _post(notice_world, slot0, first[0], _beijing(now + timedelta(minutes=9)))
     accepted = time.monotonic()
     assert code == 202, message
 
     def surging() -> dict[str, Any] | None:
-        surges = world.status(ns, "gpu").get("surges") or []
+        surges = notice_world.status(ns, "gpu").get("surges") or []
         return surges[0] if surges else None
 
-    surge = world.wait_until(surging, "the surge instance", timeout=90)
+    surge = notice_world.wait_until(surging, "the surge instance", timeout=90)
     assert surge["replacing"] == first[0] and surge["receivedTime"] and surge["startTime"]
-    assert surge["instanceId"] in world.cloud(uid)
+    assert surge["instanceId"] in notice_world.cloud(uid)
 
     def retired() -> bool:
-        return not world.status(ns, "gpu").get("surges") and surge["instanceId"] not in world.cloud(
-            uid
-        )
+        return not notice_world.status(ns, "gpu").get("surges") and surge[
+            "instanceId"
+        ] not in notice_world.cloud(uid)
 
-    world.wait_until(retired, "the surge's retirement at its longest life", timeout=MAX_LIFE + 90)
+    notice_world.wait_until(
+        retired, "the surge's retirement at its longest life", timeout=MAX_LIFE + 90
+    )
     lived = time.monotonic() - accepted
     # Before: retired 600 s past the reported time, 9 min out: some 1,140 s after the report.
     assert lived < MAX_LIFE + 90, lived
     print(f"surge retired {lived:.1f} s after its report was accepted (cap {MAX_LIFE:.0f} s)")
-    status = world.status(ns, "gpu")
+    status = notice_world.status(ns, "gpu")
     assert _by_slot(status) == first  # the slots' own instances were never touched
-    assert sorted(world.cloud(uid)) == sorted(first.values())
-    assert "NoticeUnfulfilled" in world.reasons(ns, "gpu")
+    assert sorted(notice_world.cloud(uid)) == sorted(first.values())
+    assert "NoticeUnfulfilled" in notice_world.reasons(ns, "gpu")
     assert status["notices"]["accepted"] == []
 
 
@@ -170,34 +164,36 @@ def _still_open(socks: list[socket.socket]) -> int:
     return len(socks) - len(readable)
 
 
-def test_an_old_instances_token_is_refused_and_floods_are_capped(world: OperatorWorld) -> None:
-    ns = world.namespace()
-    world.apply(ns, pool_manifest("gpu", replicas=1, refreshInterval="60s"))
-    pool = world.wait_ready(ns, "gpu", 1)
+def test_an_old_instances_token_is_refused_and_floods_are_capped(
+    notice_world: OperatorWorld,
+) -> None:
+    ns = notice_world.namespace()
+    notice_world.apply(ns, pool_manifest("gpu", replicas=1, refreshInterval="60s"))
+    pool = notice_world.wait_ready(ns, "gpu", 1)
     old_id = _by_slot(pool["status"])[0]
-    old = _agent_settings(world, old_id)  # read while it lived, by anyone with read access
-    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [old_id]})
+    old = _agent_settings(notice_world, old_id)  # read while it lived, by anyone with read access
+    notice_world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [old_id]})
 
     def replaced() -> str | None:
-        status = world.status(ns, "gpu")
+        status = notice_world.status(ns, "gpu")
         now = _by_slot(status).get(0)
         return now if now not in (None, old_id) and status.get("readyReplicas") == 1 else None
 
-    new_id = world.wait_until(replaced, "the reclaimed slot's new instance", timeout=120)
-    new = _agent_settings(world, new_id)
+    new_id = notice_world.wait_until(replaced, "the reclaimed slot's new instance", timeout=120)
+    new = _agent_settings(notice_world, new_id)
     assert new["SPOTPOOL_NOTICE_NONCE"] != old["SPOTPOOL_NOTICE_NONCE"]
-    assert world.status(ns, "gpu")["instances"][0]["nonce"] == new["SPOTPOOL_NOTICE_NONCE"]
+    assert notice_world.status(ns, "gpu")["instances"][0]["nonce"] == new["SPOTPOOL_NOTICE_NONCE"]
     when = _beijing(datetime.now(UTC) + timedelta(minutes=2))
 
-    code, message = _post(world, old, new_id, when)  # the old token, naming the new instance
+    code, message = _post(notice_world, old, new_id, when)  # the old token, naming the new instance
     assert code == 401 and "another generation" in message, message
-    code, message = _post(world, old, new_id, when, nonce=new["SPOTPOOL_NOTICE_NONCE"])
+    code, message = _post(notice_world, old, new_id, when, nonce=new["SPOTPOOL_NOTICE_NONCE"])
     assert code == 401 and "signature" in message, message  # the new nonce, the old token
-    status = world.status(ns, "gpu")
+    status = notice_world.status(ns, "gpu")
     assert not status.get("surges") and status["notices"]["total"] == 0
 
     # A flood of connections: the endpoint holds its bound, each for 10 s at most.
-    port = _port(world)
+    port = _port(notice_world)
     socks = _open(port, 300)
     try:
         time.sleep(1.0)
@@ -215,7 +211,7 @@ def test_an_old_instances_token_is_refused_and_floods_are_capped(world: Operator
     # the address's bucket (100 at once, 20 a second), however long the flood took.
     started = time.monotonic()
     with ThreadPoolExecutor(8) as senders:
-        codes = list(senders.map(lambda _: _post(world, old, new_id, when)[0], range(150)))
+        codes = list(senders.map(lambda _: _post(notice_world, old, new_id, when)[0], range(150)))
     took = time.monotonic() - started
     let_through = len(codes) - codes.count(429)
     assert set(codes) <= {401, 429} and codes.count(429) > 0, codes
@@ -224,5 +220,5 @@ def test_an_old_instances_token_is_refused_and_floods_are_capped(world: Operator
 
     # The instance's own token still works after all that.
     time.sleep(6)  # the per-address bucket refills (20 a second)
-    code, message = _post(world, new, new_id, when)
+    code, message = _post(notice_world, new, new_id, when)
     assert code == 202, message

@@ -3,7 +3,6 @@ emulator, one `spotpool notice-agent` per emulated instance): a notice leads to 
 replacement RUNNING before the cloud takes the old instance, and the pool ends at its size
 with nothing leaked."""
 
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -11,9 +10,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from spotpool.localworld.agents import NoticeAgents
-from spotpool.localworld.kube import Kube
-from spotpool.ports import free_port
-from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, pool_manifest
 
 pytestmark = pytest.mark.e2e
@@ -21,13 +17,8 @@ BOOT, NOTICE = 2.0, 45.0
 
 
 @pytest.fixture
-def world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorWorld]:
-    with operator_world(
-        kube, tmp_path_factory.mktemp("notices"), boot_seconds=BOOT, notice_seconds=NOTICE,
-        refresh_seconds=60, namespace_prefix="notice-",
-        env={"SPOTPOOL_NOTICE_PORT": str(free_port())},
-    ) as world:  # fmt: skip
-        yield world
+def notice_options() -> dict[str, Any]:
+    return {"boot_seconds": BOOT, "notice_seconds": NOTICE}
 
 
 def _when(text: str) -> float:
@@ -48,24 +39,26 @@ def _by_slot(status: dict[str, Any]) -> dict[int, str]:
     return {int(i["slot"]): str(i["instanceId"]) for i in status.get("instances") or []}
 
 
-def test_a_notice_replaces_the_instance_before_the_cloud_takes_it(world: OperatorWorld) -> None:
-    ns = world.namespace()
-    world.apply(ns, pool_manifest("gpu", replicas=2, refreshInterval="60s"))
-    pool = world.wait_ready(ns, "gpu", 2)
+def test_a_notice_replaces_the_instance_before_the_cloud_takes_it(
+    notice_world: OperatorWorld,
+) -> None:
+    ns = notice_world.namespace()
+    notice_world.apply(ns, pool_manifest("gpu", replicas=2, refreshInterval="60s"))
+    pool = notice_world.wait_ready(ns, "gpu", 2)
     uid = pool["metadata"]["uid"]
     first = _by_slot(pool["status"])
-    agents = NoticeAgents(world.emulator, "ap-singapore", world.directory / "agents")
+    agents = NoticeAgents(notice_world.emulator, "ap-singapore", notice_world.directory / "agents")
     try:
         assert sorted(agents.boot(uid)) == sorted(first.values())  # user data installs them
         slot, victim = 0, first[0]
-        world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [victim]})
+        notice_world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [victim]})
 
         def surging() -> dict[str, Any] | None:
             agents.boot(uid)  # the surge instance boots its agent too
-            status = world.status(ns, "gpu")
+            status = notice_world.status(ns, "gpu")
             return status if status.get("surges") else None
 
-        status = world.wait_until(surging, "the surge instance", timeout=NOTICE)
+        status = notice_world.wait_until(surging, "the surge instance", timeout=NOTICE)
         (surge,) = status["surges"]
         assert surge["slot"] == slot and surge["replacing"] == victim
         assert surge["terminationTime"]
@@ -73,7 +66,7 @@ def test_a_notice_replaces_the_instance_before_the_cloud_takes_it(world: Operato
         assert status["phase"] == "Ready" and status["readyReplicas"] == 2
 
         def promoted() -> dict[str, Any] | None:
-            status = world.status(ns, "gpu")
+            status = notice_world.status(ns, "gpu")
             done = (
                 _by_slot(status) == {slot: surge["instanceId"], 1: first[1]}
                 and not status.get("surges")
@@ -81,9 +74,9 @@ def test_a_notice_replaces_the_instance_before_the_cloud_takes_it(world: Operato
             )
             return status if done else None
 
-        status = world.wait_until(promoted, "the promotion", timeout=NOTICE + 60)
+        status = notice_world.wait_until(promoted, "the promotion", timeout=NOTICE + 60)
         assert agents.exit_codes()[victim] == 0  # it reported, then exited
-        counted = _samples(world.metrics())
+        counted = _samples(notice_world.metrics())
         assert counted[("spotpool_notice_reports_total", "accepted")] == 1
         assert counted[("spotpool_surges_total", "started")] == 1
         assert counted[("spotpool_surges_total", "promoted")] == 1
@@ -94,7 +87,7 @@ def test_a_notice_replaces_the_instance_before_the_cloud_takes_it(world: Operato
     # The emulator's timeline: the replacement ran before the old instance was taken.
     cloud = {
         i["InstanceId"]: i
-        for i in world.emulator.all_instances()
+        for i in notice_world.emulator.all_instances()
         if {"Key": "spotpool-pool-uid", "Value": uid} in (i.get("Tags") or [])
     }
     replacement, old = cloud[surge["instanceId"]], cloud[victim]
@@ -104,7 +97,7 @@ def test_a_notice_replaces_the_instance_before_the_cloud_takes_it(world: Operato
     assert old["GoneReason"] == "reclaimed"
     assert old["Gone"] or old["InstanceState"] == "TERMINATING"
     # The pool ends at its size, with nothing leaked and nothing made twice.
-    assert sorted(world.cloud(uid)) == sorted(_by_slot(status).values())
+    assert sorted(notice_world.cloud(uid)) == sorted(_by_slot(status).values())
     assert len(cloud) == 3
-    reasons = world.reasons(ns, "gpu")
+    reasons = notice_world.reasons(ns, "gpu")
     assert {"TerminationNotice", "Surging", "Reclaimed"} <= set(reasons)

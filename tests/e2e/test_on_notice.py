@@ -6,7 +6,6 @@ the instance it replaced (SPOTPOOL_PREVIOUS_INSTANCE_ID), through its promotion.
 
 import os
 import shlex
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -15,9 +14,6 @@ import pytest
 
 from spotpool.api.notices import PREVIOUS_FILE, PREVIOUS_TAG, agent_settings
 from spotpool.localworld.agents import NoticeAgents
-from spotpool.localworld.kube import Kube
-from spotpool.ports import free_port
-from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, pool_manifest
 
 pytestmark = pytest.mark.e2e
@@ -25,13 +21,8 @@ BOOT, NOTICE = 2.0, 30.0
 
 
 @pytest.fixture
-def world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorWorld]:
-    with operator_world(
-        kube, tmp_path_factory.mktemp("on-notice"), boot_seconds=BOOT, notice_seconds=NOTICE,
-        refresh_seconds=60, namespace_prefix="onnotice-",
-        env={"SPOTPOOL_NOTICE_PORT": str(free_port())},
-    ) as world:  # fmt: skip
-        yield world
+def notice_options() -> dict[str, Any]:
+    return {"boot_seconds": BOOT, "notice_seconds": NOTICE, "namespace_prefix": "onnotice-"}
 
 
 def _when(text: str) -> float:
@@ -44,46 +35,50 @@ def _pool(name: str, command: str) -> dict[str, Any]:
 
 
 def test_the_on_notice_command_runs_before_the_reclaim_and_is_reported(
-    world: OperatorWorld, tmp_path: Path
+    notice_world: OperatorWorld, tmp_path: Path
 ) -> None:
-    ns = world.namespace()
+    ns = notice_world.namespace()
     marker = tmp_path / "checkpoint"
     saving = f'echo "$SPOTPOOL_INSTANCE_ID" > {shlex.quote(str(marker))}; sleep 1'
-    world.apply(ns, _pool("train", saving))
-    world.apply(ns, _pool("broken", "echo no space left >&2; exit 7"))
+    notice_world.apply(ns, _pool("train", saving))
+    notice_world.apply(ns, _pool("broken", "echo no space left >&2; exit 7"))
     uids, victims = {}, {}
     for name in ("train", "broken"):
-        pool = world.wait_ready(ns, name, 1)
+        pool = notice_world.wait_ready(ns, name, 1)
         uids[name] = pool["metadata"]["uid"]
         (victims[name],) = (i["instanceId"] for i in pool["status"]["instances"])
-    agents = NoticeAgents(world.emulator, "ap-singapore", world.directory / "agents")
+    agents = NoticeAgents(notice_world.emulator, "ap-singapore", notice_world.directory / "agents")
     try:
         for name in ("train", "broken"):
             assert agents.boot(uids[name]) == [victims[name]]
-        world.emulator.admin_ok(
+        notice_world.emulator.admin_ok(
             "POST", "/_emulator/reclaim", {"InstanceIds": sorted(victims.values())}
         )
 
         def recorded() -> dict[str, dict[str, Any]] | None:
-            found = {n: world.status(ns, n).get("notices", {}).get("checkpoints") for n in victims}
+            found = {
+                n: notice_world.status(ns, n).get("notices", {}).get("checkpoints") for n in victims
+            }
             return {n: c[0] for n, c in found.items() if c} if all(found.values()) else None
 
-        checkpoints = world.wait_until(recorded, "both onNotice results", timeout=NOTICE)
+        checkpoints = notice_world.wait_until(recorded, "both onNotice results", timeout=NOTICE)
 
         def gone() -> dict[str, Any] | None:
-            cloud = {i["InstanceId"]: i for i in world.emulator.all_instances()}
+            cloud = {i["InstanceId"]: i for i in notice_world.emulator.all_instances()}
             return cloud if all(cloud[v].get("Gone") for v in victims.values()) else None
 
-        cloud = world.wait_until(gone, "the reclaims", timeout=NOTICE + 30)
+        cloud = notice_world.wait_until(gone, "the reclaims", timeout=NOTICE + 30)
         codes = agents.exit_codes()
 
         def promoted() -> str | None:
-            status = world.status(ns, "train")
+            status = notice_world.status(ns, "train")
             (slot,) = status.get("instances") or [{}]
             taken = slot.get("instanceId") not in (None, victims["train"])
             return str(slot["instanceId"]) if taken and not status.get("surges") else None
 
-        surge = world.wait_until(promoted, "the surge instance in slot 0", timeout=NOTICE + 60)
+        surge = notice_world.wait_until(
+            promoted, "the surge instance in slot 0", timeout=NOTICE + 60
+        )
         user_data = agents._user_data([surge])[surge]
     finally:
         agents.stop()
@@ -100,7 +95,7 @@ def test_the_on_notice_command_runs_before_the_reclaim_and_is_reported(
     assert (failed["instanceId"], failed["exitCode"]) == (victims["broken"], 7)
     assert _when(saved["time"]) < _when(old["GoneTime"])
     assert codes[victims["train"]] == 0 and codes[victims["broken"]] == 0  # both reported
-    events = {name: world.events(ns, name) for name in victims}
+    events = {name: notice_world.events(ns, name) for name in victims}
     (good,) = [e for e in events["train"] if e[1] == "CheckpointSaved"]
     assert good[0] == "Normal" and f"{victims['train']} (slot 0) exited 0 after" in good[2]
     (bad,) = [e for e in events["broken"] if e[1] == "CheckpointFailed"]
@@ -111,7 +106,7 @@ def test_the_on_notice_command_runs_before_the_reclaim_and_is_reported(
     assert agent_settings(user_data)["SPOTPOOL_PREVIOUS_INSTANCE_ID"] == victims["train"]
     assert f"path: {PREVIOUS_FILE}" in user_data and f"\n      {victims['train']}\n" in user_data
     ours = [
-        i for i in world.emulator.all_instances()
+        i for i in notice_world.emulator.all_instances()
         if {"Key": "spotpool-pool-uid", "Value": uids["train"]} in (i.get("Tags") or [])
     ]  # fmt: skip
     assert sorted(i["InstanceId"] for i in ours) == sorted([victims["train"], surge])

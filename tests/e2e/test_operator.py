@@ -2,27 +2,22 @@
 engine, and `spotpool operator run` as a process of its own."""
 
 import json
-import os
 import re
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
-from pydantic import SecretStr
 
-from spotpool.engine import cloud
-from spotpool.engine.backend_files import open_backend
-from spotpool.engine.credentials import Credentials
 from spotpool.localworld.kube import Kube
+from tests.e2e._support.operator_runs import (
+    killed_mid_up_and_replaced_under_another_hostname,
+    tagged_instance,
+)
 from tests.e2e.conftest import operator_world
-from tests.emulator.harness import spot_request
 from tests.operator.world import OperatorWorld, article_manifest, pool_manifest
 
 pytestmark = pytest.mark.e2e
-LEASE_NAME = "spotpool-operator"
 
 
 @pytest.fixture(scope="module")
@@ -240,41 +235,6 @@ def test_killed_mid_up_and_replaced_under_another_hostname_converges(
     killed_mid_up_and_replaced_under_another_hostname(world)
 
 
-def killed_mid_up_and_replaced_under_another_hostname(world: OperatorWorld) -> None:
-    backend = world.backend_url or f"file://{world.directory / 'backend'}"
-    files = open_backend(backend, {**os.environ, **world.backend_env})
-    assert files is not None
-
-    def locks(ns: str) -> list[str]:
-        return [
-            k for k in files.keys(".pulumi/locks/") if f"/{ns}.moved/" in k and k.endswith(".json")
-        ]
-
-    ns = world.namespace()
-    world.apply(ns, pool_manifest("moved", minimum=1, maximum=6, replicas=3))
-    uid = world.wait_until(
-        lambda: (world.get(ns, "moved") or {}).get("metadata", {}).get("uid"), "the uid"
-    )
-    world.wait_until(
-        lambda: locks(ns) and world.cloud(uid),
-        "the up holding its lock with an instance made",
-        timeout=120,
-    )
-    world.kill()
-    (stale,) = locks(ns)  # the killed run's lock is left behind
-    old_host = json.loads(files.read(stale))["hostname"]
-    world.hostname = f"spotpool-operator-{uuid.uuid4().hex[:6]}"
-    assert world.hostname != old_host
-    world.start()
-    pool = world.wait_ready(ns, "moved", 3, timeout=300)
-
-    ids = sorted(_instance_ids(pool["status"]))
-    assert sorted(world.cloud(uid)) == ids and len(set(ids)) == 3  # no leak, no duplicate
-    assert not locks(ns)
-    recovered = [m for _, r, m in world.events(ns, "moved") if r == "Recovered"]
-    assert any(f"@{old_host}" in m and "earlier holder" in m for m in recovered), recovered
-
-
 def test_a_lock_of_another_owner_is_reported_and_never_broken(world: OperatorWorld) -> None:
     ns = world.namespace()
     world.apply(ns, pool_manifest("held", replicas=1))
@@ -372,24 +332,6 @@ def test_a_second_writers_in_flight_instance_is_not_terminated(world: OperatorWo
     assert in_flight not in _instance_ids(pool["status"])
     assert not [m for _, r, m in world.events(ns, "shared") if r == "OrphanTerminated"]
     client.TerminateInstances(_terminate(in_flight))  # the other writer's to clean up
-
-
-def tagged_instance(
-    world: OperatorWorld, ns: str, name: str, uid: str, slot: int
-) -> tuple[Any, str]:
-    """An instance of this install tagged for the pool's `slot` that its stack does not hold
-    (another writer's, or a killed run's create): the client that made it, and its id."""
-    tags = {"spotpool-pool-uid": uid, "spotpool-pool": f"{ns}/{name}",
-            "spotpool-slot": str(slot), "spotpool-install": f"default.{LEASE_NAME}"}  # fmt: skip
-    keys = Credentials(
-        secret_id=SecretStr(world.emulator.secret_id),
-        secret_key=SecretStr(world.emulator.secret_key),
-    )
-    client = cloud.cvm(keys, "ap-singapore", world.emulator.endpoint)
-    request = spot_request(count=1, zone="ap-singapore-2", instance_type="GN7.2XLARGE32",
-                           tags=tags, ImageId="img-eb30mz89")  # fmt: skip
-    (made,) = [str(i) for i in client.RunInstances(request).InstanceIdSet]
-    return client, made
 
 
 def _terminate(instance_id: str) -> object:

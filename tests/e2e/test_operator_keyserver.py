@@ -12,8 +12,8 @@ import pytest
 
 from spotpool.engine import keyserver
 from spotpool.localworld.kube import Kube
+from tests.e2e._support.operator_runs import killed_mid_up_and_replaced_under_another_hostname
 from tests.e2e.conftest import operator_world
-from tests.e2e.test_operator import killed_mid_up_and_replaced_under_another_hostname
 from tests.operator.world import OperatorWorld
 
 pytestmark = pytest.mark.e2e

@@ -10,24 +10,20 @@ import os
 import re
 import subprocess
 import time
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 from spotpool_operator.sharding import shard_of
 
-from spotpool.cluster import s3
-from spotpool.localworld.emulator import SPOTPOOL, EmulatorProcess, start_emulator
-from spotpool.localworld.kube import Kube
-from spotpool.localworld.slow_proxy import StallProxy, target_of
-from tests.conftest import require_tool
-from tests.operator.world import OperatorWorld, pool_manifest
+from spotpool.localworld.emulator import SPOTPOOL
+from tests.e2e._support.replicas import Replicas, apply_pools
+from tests.operator.world import OperatorWorld
 
-pytestmark = pytest.mark.e2e
+# The 30 pools' runs open their secrets through the key service (a passphrase run costs about
+# twice the CPU); the replicas' path runs with the default provider in test_frozen_replica.py
+# and test_fast_path_handover.py.
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("keyserver_stacks")]
 POOLS, SHARDS, LEASE, REFRESH = 30, 8, 6.0, 20
 SLOW = 0.15  # seconds replica a's API-server connection adds to every chunk, each way
 RUN_LINE = re.compile(
@@ -36,79 +32,20 @@ RUN_LINE = re.compile(
 )
 
 
-@dataclass
-class Fleet:
-    kube: Kube
-    emulator: EmulatorProcess
-    server: s3.LocalS3
-    directory: Path
-    lease_namespace: str
-    replicas: dict[str, OperatorWorld] = field(default_factory=dict)
-    killed: dict[str, float] = field(default_factory=dict)  # name -> time.time() of the kill
-    proxies: list[StallProxy] = field(default_factory=list)
-
-    def start(self, name: str, slow: float = 0.0) -> OperatorWorld:
-        """A replica; `slow`: its API-server connection goes through a proxy adding that many
-        seconds to every chunk (a brownout of one node's network)."""
-        directory = self.directory / name
-        directory.mkdir()
-        env = {"SPOTPOOL_SHARDS": str(SHARDS)}
-        if slow:
-            proxy = StallProxy(*target_of(self.kube.kubeconfig))
-            proxy.delay = slow
-            self.proxies.append(proxy)
-            proxied = proxy.kubeconfig(self.kube.kubeconfig, directory / "kubeconfig")
-            env["KUBECONFIG"] = str(proxied)
-        world = OperatorWorld(
-            self.kube, self.emulator, directory, refresh_seconds=REFRESH,
-            hostname=f"spotpool-operator-{name}-{uuid.uuid4().hex[:4]}",
-            lease_namespace=self.lease_namespace,
-            backend_url=self.server.backend_url, backend_env=self.server.env,
-            namespace_prefix="sh-", env=env,
-        )  # fmt: skip
-        world.start()
-        self.replicas[name] = world
-        return world
-
-    def kill(self, name: str) -> None:
-        self.killed[name] = time.time()
-        self.replicas[name].kill()
-
-    def live(self) -> dict[str, OperatorWorld]:
-        return {n: w for n, w in self.replicas.items() if n not in self.killed}
-
-    def held(self) -> dict[str, set[int]]:
-        """Shards each live replica holds, from its metrics."""
-        return {name: _held(world.metrics()) for name, world in self.live().items()}
+@pytest.fixture
+def replica_options() -> dict[str, Any]:
+    # 30 pools: their namespace is left terminating at the end (30 destroys would take minutes)
+    return {"shards": SHARDS, "s3_backend": True, "namespace_prefix": "sh-",
+            "refresh_seconds": REFRESH, "delete_pools": False}  # fmt: skip
 
 
-def _held(metrics: str) -> set[int]:
-    found = re.findall(r'^spotpool_shard_held\{shard="(\d+)"\} 1\.0$', metrics, re.MULTILINE)
-    return {int(shard) for shard in found}
-
-
-@pytest.fixture(scope="module")
-def fleet(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    for tool in ("pulumi", "pulumi-resource-tencentcloud", "versitygw"):
-        require_tool(tool)
-    directory = tmp_path_factory.mktemp("operator-shards")
-    server = s3.start(directory / "s3")
-    emulator = start_emulator(directory / "cloud.db", directory / "emulator.log", boot_seconds=0)
-    lease_namespace = f"shards-{uuid.uuid4().hex[:6]}"
-    kube.ok("create", "namespace", lease_namespace)
-    fleet = Fleet(kube, emulator, server, directory, lease_namespace)
-    try:
-        yield fleet
-    finally:
-        namespaces = {ns for world in fleet.replicas.values() for ns in world.namespaces}
-        for world in fleet.replicas.values():
-            world.stop()
-        for namespace in [*namespaces, lease_namespace]:
-            kube.run("delete", "namespace", namespace, "--wait=false")
-        emulator.stop()
-        server.stop()
-        for proxy in fleet.proxies:
-            proxy.close()
+def _start(replicas: Replicas, name: str, slow: float = 0.0) -> OperatorWorld:
+    """A replica; `slow`: its API-server connection goes through a proxy adding that many
+    seconds to every chunk (a brownout of one node's network)."""
+    if not slow:
+        return replicas.start(name)
+    _, kubeconfig = replicas.proxy(name, delay=slow)
+    return replicas.start(name, {"KUBECONFIG": str(kubeconfig)})
 
 
 def _runs(world: OperatorWorld, killed_at: float | None) -> dict[str, list[tuple[float, float]]]:
@@ -137,9 +74,11 @@ def _runs(world: OperatorWorld, killed_at: float | None) -> dict[str, list[tuple
     return intervals
 
 
-def _assert_one_writer_at_a_time(fleet: Fleet) -> int:
+def _assert_one_writer_at_a_time(replicas: Replicas) -> int:
     """No two replicas ever ran the engine on one stack at the same time; the runs counted."""
-    runs = {name: _runs(world, fleet.killed.get(name)) for name, world in fleet.replicas.items()}
+    runs = {
+        name: _runs(world, replicas.killed.get(name)) for name, world in replicas.replicas.items()
+    }
     stacks = {stack for by_stack in runs.values() for stack in by_stack}
     for stack in stacks:
         spans = [
@@ -154,10 +93,10 @@ def _assert_one_writer_at_a_time(fleet: Fleet) -> int:
     return sum(len(spans) for by_stack in runs.values() for spans in by_stack.values())
 
 
-def _shards_report(fleet: Fleet) -> dict[str, Any]:
-    command = [str(SPOTPOOL), "shards", "--lease-namespace", fleet.lease_namespace,
+def _shards_report(replicas: Replicas) -> dict[str, Any]:
+    command = [str(SPOTPOOL), "shards", "--lease-namespace", replicas.lease_namespace,
                "--format", "json"]  # fmt: skip
-    env = {**os.environ, "KUBECONFIG": str(fleet.kube.kubeconfig)}
+    env = {**os.environ, "KUBECONFIG": str(replicas.kube.kubeconfig)}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     report: dict[str, Any] = json.loads(done.stdout)
@@ -168,32 +107,29 @@ def _ids(pool: dict[str, Any]) -> list[str]:
     return sorted(i["instanceId"] for i in pool["status"].get("instances") or [])
 
 
-def test_replicas_share_the_pools_and_take_over_a_killed_ones(fleet: Fleet) -> None:
-    a = fleet.start("a", slow=SLOW)  # one replica's API-server connection slowed throughout
-    fleet.start("b")
+def test_replicas_share_the_pools_and_take_over_a_killed_ones(replicas: Replicas) -> None:
+    a = _start(replicas, "a", slow=SLOW)  # one replica's API-server connection slowed throughout
+    replicas.start("b")
     ns = a.namespace()
     names = [f"pool-{i}" for i in range(POOLS)]
-    items = [{**pool_manifest(n, replicas=1), "metadata": {"name": n, "namespace": ns}}
-             for n in names]  # fmt: skip
-    a.kube.ok("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                    "items": items}))  # fmt: skip
+    apply_pools(a, ns, names)
     pools = {n: a.wait_ready(ns, n, 1, timeout=400) for n in names}
     uids = {n: p["metadata"]["uid"] for n, p in pools.items()}
-    held = fleet.held()
+    held = replicas.held()
     assert sorted(len(s) for s in held.values()) == [SHARDS // 2] * 2, held
     assert set().union(*held.values()) == set(range(SHARDS))
     serving = {n: "a" if shard_of(uids[n], SHARDS) in held["a"] else "b" for n in names}
     assert set(serving.values()) == {"a", "b"}, serving  # both replicas serve pools
 
-    fleet.start("c")  # a third replica takes its share; no instance changes
+    replicas.start("c")  # a third replica takes its share; no instance changes
     a.wait_until(
-        lambda: sorted(len(s) for s in fleet.held().values()) == [2, 3, 3], "a 2/3/3 split", 60
+        lambda: sorted(len(s) for s in replicas.held().values()) == [2, 3, 3], "a 2/3/3 split", 60
     )
-    held = fleet.held()
+    held = replicas.held()
     assert set().union(*held.values()) == set(range(SHARDS))
     owner = {s: name for name, shards in held.items() for s in shards}
-    report = _shards_report(fleet)  # `spotpool shards`, as a person would ask
-    hosts = {name: world.hostname for name, world in fleet.replicas.items()}
+    report = _shards_report(replicas)  # `spotpool shards`, as a person would ask
+    hosts = {name: world.hostname for name, world in replicas.replicas.items()}
     assert {r["shard"]: r["holder"] for r in report["shards"]} == {
         s: hosts[name] for s, name in owner.items()
     }
@@ -208,13 +144,13 @@ def test_replicas_share_the_pools_and_take_over_a_killed_ones(fleet: Fleet) -> N
     victim = max(by_replica, key=lambda r: len(by_replica[r]))
     orphaned = by_replica[victim]
     assert orphaned
-    fleet.kill(victim)
+    replicas.kill(victim)
     killed = time.monotonic()
     gone = [_ids(pools[n])[0] for n in orphaned]
-    a_live = next(iter(fleet.live().values()))
+    a_live = next(iter(replicas.live().values()))
     a_live.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": gone})
     a_live.wait_until(
-        lambda: set().union(*fleet.held().values()) == set(range(SHARDS)),
+        lambda: set().union(*replicas.held().values()) == set(range(SHARDS)),
         "the killed replica's shards taken over",
         LEASE + REFRESH,
     )
@@ -241,13 +177,14 @@ def test_replicas_share_the_pools_and_take_over_a_killed_ones(fleet: Fleet) -> N
     for name in names:
         pool = a_live.wait_ready(ns, name, 1, timeout=120)
         assert sorted(a_live.cloud(uids[name])) == _ids(pool), name
-    locks = fleet.server.directory / fleet.server.bucket / ".pulumi" / "locks"
+    assert replicas.server is not None
+    locks = replicas.server.directory / replicas.server.bucket / ".pulumi" / "locks"
     a_live.wait_until(
         lambda: not [p for p in locks.rglob("*.json") if f"/{ns}." in str(p)],
         "no lock left on any stack",
         60,
     )
-    counts = [int(float(v)) for world in fleet.live().values()
+    counts = [int(float(v)) for world in replicas.live().values()
               for v in re.findall(r"^spotpool_shard_pools\{[^}]*\} (\S+)$", world.metrics(),
                                   re.MULTILINE)]  # fmt: skip
     assert sum(counts) == POOLS  # each pool counted by exactly one replica
@@ -258,6 +195,6 @@ def test_replicas_share_the_pools_and_take_over_a_killed_ones(fleet: Fleet) -> N
     for name in doomed:
         a_live.wait_until(lambda n=name: a_live.get(ns, n) is None, f"{name} gone", 120)  # type: ignore[misc]
         assert not a_live.cloud(uids[name]), name  # its instance terminated, not left behind
-    assert _assert_one_writer_at_a_time(fleet) >= POOLS
-    for world in fleet.replicas.values():
+    assert _assert_one_writer_at_a_time(replicas) >= POOLS
+    for world in replicas.replicas.values():
         assert "StackLocked" not in world.log.read_text(errors="replace")

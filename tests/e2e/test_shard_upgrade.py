@@ -6,7 +6,6 @@ Leases (it holds none of them and has no live membership) and breaks its lock â€
 step, no duplicate or leaked instance."""
 
 import json
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -14,10 +13,10 @@ from collections.abc import Iterator
 import pytest
 from spotpool_operator.sharding import shard_lease_name, shard_of
 
-from spotpool.engine.backend_files import open_backend
 from spotpool.localworld.kube import Kube
+from tests.e2e._support.operator_runs import kill_mid_up
 from tests.e2e.conftest import operator_world
-from tests.operator.world import OperatorWorld, pool_manifest
+from tests.operator.world import OperatorWorld
 
 pytestmark = pytest.mark.e2e
 LEASE = f"spotpool-up-{uuid.uuid4().hex[:6]}"  # this module's install alone
@@ -48,28 +47,8 @@ def _holders(lease: dict[str, object]) -> list[str]:
 def test_a_lock_left_by_a_replica_of_before_shards_is_broken_by_the_sharded_one(
     world: OperatorWorld,
 ) -> None:
-    backend = world.backend_url or f"file://{world.directory / 'backend'}"
-    files = open_backend(backend, {**os.environ, **world.backend_env})
-    assert files is not None
-
-    def locks(ns: str) -> list[str]:
-        return [
-            k for k in files.keys(".pulumi/locks/") if f"/{ns}.moved/" in k and k.endswith(".json")
-        ]
-
-    ns = world.namespace()
-    world.apply(ns, pool_manifest("moved", minimum=1, maximum=6, replicas=3))
-    uid = world.wait_until(
-        lambda: (world.get(ns, "moved") or {}).get("metadata", {}).get("uid"), "the uid"
-    )
-    world.wait_until(
-        lambda: locks(ns) and world.cloud(uid),
-        "the up holding its lock with an instance made",
-        timeout=120,
-    )
-    world.kill()  # mid-up, whole process tree at once
-    (stale,) = locks(ns)
-    old_host = json.loads(files.read(stale))["hostname"]
+    killed = kill_mid_up(world)  # mid-up, whole process tree at once
+    ns, uid, old_host = killed.namespace, killed.uid, killed.old_host
     assert old_host == world.hostname
     assert _holders(_lease(world, LEASE)) == [old_host]  # it held the single Lease
 
@@ -82,7 +61,7 @@ def test_a_lock_left_by_a_replica_of_before_shards_is_broken_by_the_sharded_one(
 
     ids = sorted(str(i["instanceId"]) for i in pool["status"].get("instances") or [])
     assert sorted(world.cloud(uid)) == ids and len(set(ids)) == 3  # no leak, no duplicate
-    assert not locks(ns)
+    assert not killed.locks()
     recovered = [m for _, r, m in world.events(ns, "moved") if r == "Recovered"]
     assert any(f"@{old_host}" in m and "holds none of them now" in m for m in recovered), recovered
     shard = _lease(world, shard_lease_name(LEASE, 16, shard_of(uid, 16)))

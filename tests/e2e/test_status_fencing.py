@@ -19,7 +19,7 @@ from spotpool_operator.status_write import Fence, StaleWrite
 from spotpool.localworld.kube import Kube
 from spotpool.localworld.operator import pool_manifest
 from spotpool.localworld.slow_proxy import StallProxy
-from tests.e2e.test_fencing import Running, _api, world  # noqa: F401  (the fixture)
+from tests.e2e._support.leases import Running, coordination_api
 
 pytestmark = pytest.mark.e2e
 D = 6.0
@@ -38,16 +38,16 @@ def _stored(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
 
 
 def test_a_stalled_replicas_late_status_write_is_refused_after_a_takeover(
-    world: tuple[Kube, str, StallProxy, Path],  # noqa: F811
+    lease_world: tuple[Kube, str, StallProxy, Path],
 ) -> None:
-    kube, namespace, proxy, proxied = world
+    kube, namespace, proxy, proxied = lease_world
     name = f"pool-{uuid.uuid4().hex[:6]}"
     kube.ok("-n", namespace, "apply", "-f", "-", stdin=json.dumps(pool_manifest(name)))
     uid = kube.ok("-n", namespace, "get", "spotpool", name, "-o", "jsonpath={.metadata.uid}")
     a_cluster = KubeCluster(str(proxied))
     b_cluster = KubeCluster(str(kube.kubeconfig))
 
-    a = Running(ShardLeases(_api(proxied), namespace, "sf", 1, D, hostname="pod-a"))
+    a = Running(ShardLeases(coordination_api(proxied), namespace, "sf", 1, D, hostname="pod-a"))
     b: Running | None = None
     try:
         _wait(lambda: a.replica.serves(uid), "A to hold the shard", 30)
@@ -67,7 +67,9 @@ def test_a_stalled_replicas_late_status_write_is_refused_after_a_takeover(
         assert _stored(kube, namespace, name)["writer"] == mine
 
         # B joins; A's connection stalls with a write in flight
-        b = Running(ShardLeases(_api(kube.kubeconfig), namespace, "sf", 1, D, hostname="pod-b"))
+        b = Running(
+            ShardLeases(coordination_api(kube.kubeconfig), namespace, "sf", 1, D, hostname="pod-b")
+        )
         proxy.stalled.set()
         late: list[object] = []
 

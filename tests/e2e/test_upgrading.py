@@ -6,24 +6,16 @@ and every Spotpool with it, on `helm upgrade` to today's chart — unless the CR
 """
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from spotpool.localworld.kube import Kube
-from tests.e2e.conftest import local_cluster
-from tests.e2e.test_helm import CHART, CRD, _article_pool, helm
+from tests.e2e._support.install_checks import CHART, CRD, article_pool, helm
 
 pytestmark = pytest.mark.e2e
 
 NAMESPACE = "spotpool-system"  # one a release: the chart keeps its state PVC on uninstall
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
-    with local_cluster(tmp_path_factory.mktemp("upgrade-cluster")) as kube:
-        yield kube
 
 
 def _chart_with_crd_template(directory: Path) -> Path:
@@ -43,29 +35,35 @@ def _release_with_a_pool(kube: Kube, directory: Path, release: str) -> str:
     kube.ok("create", "namespace", namespace)
     helm(kube, "install", release, str(_chart_with_crd_template(directory)), "-n", namespace)
     kube.ok("wait", "--for=condition=Established", f"crd/{CRD}", "--timeout=60s")
-    kube.ok("apply", "-f", "-", stdin=_article_pool("default"))
+    kube.ok("apply", "-f", "-", stdin=article_pool("default"))
     return namespace
 
 
 def test_the_upgrade_to_the_crds_folder_deletes_a_templated_crd_and_its_pools(
-    cluster: Kube, tmp_path: Path
+    private_cluster: Kube, tmp_path: Path
 ) -> None:
-    namespace = _release_with_a_pool(cluster, tmp_path, "before")
-    helm(cluster, "upgrade", "before", str(CHART), "-n", namespace)
-    cluster.ok("wait", "--for=delete", f"crd/{CRD}", "--timeout=60s")
-    assert cluster.run("get", "crd", CRD).returncode != 0
-    helm(cluster, "uninstall", "before", "-n", namespace)
+    namespace = _release_with_a_pool(private_cluster, tmp_path, "before")
+    helm(private_cluster, "upgrade", "before", str(CHART), "-n", namespace)
+    private_cluster.ok("wait", "--for=delete", f"crd/{CRD}", "--timeout=60s")
+    assert private_cluster.run("get", "crd", CRD).returncode != 0
+    helm(private_cluster, "uninstall", "before", "-n", namespace)
 
 
-def test_the_documented_step_keeps_the_crd_and_the_pools(cluster: Kube, tmp_path: Path) -> None:
-    namespace = _release_with_a_pool(cluster, tmp_path, "kept")
-    cluster.ok("annotate", "crd", CRD, "helm.sh/resource-policy=keep")
-    helm(cluster, "upgrade", "kept", str(CHART), "-n", namespace)
-    cluster.ok("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
-    assert cluster.ok("get", "spotpools", "-n", "default", "-o", "name").split() == [
+def test_the_documented_step_keeps_the_crd_and_the_pools(
+    private_cluster: Kube, tmp_path: Path
+) -> None:
+    namespace = _release_with_a_pool(private_cluster, tmp_path, "kept")
+    private_cluster.ok("annotate", "crd", CRD, "helm.sh/resource-policy=keep")
+    helm(private_cluster, "upgrade", "kept", str(CHART), "-n", namespace)
+    private_cluster.ok("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
+    assert private_cluster.ok("get", "spotpools", "-n", "default", "-o", "name").split() == [
         "spotpool.devops.jokerbai.com/spotpool-sample"
     ]
-    helm(cluster, "upgrade", "kept", str(CHART), "-n", namespace, "--set", "maxConcurrent=5")
-    helm(cluster, "uninstall", "kept", "-n", namespace)
-    assert cluster.ok("get", "crd", CRD, "-o", "name").strip().endswith(CRD)
-    assert "spotpool-sample" in cluster.ok("get", "spotpools", "-n", "default", "-o", "name")
+    helm(
+        private_cluster, "upgrade", "kept", str(CHART), "-n", namespace, "--set", "maxConcurrent=5"
+    )
+    helm(private_cluster, "uninstall", "kept", "-n", namespace)
+    assert private_cluster.ok("get", "crd", CRD, "-o", "name").strip().endswith(CRD)
+    assert "spotpool-sample" in private_cluster.ok(
+        "get", "spotpools", "-n", "default", "-o", "name"
+    )

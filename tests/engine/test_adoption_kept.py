@@ -16,8 +16,8 @@ from spotpool.engine import fast_launch
 from spotpool.engine.errors import EngineError
 from spotpool.engine.stack import PoolStack
 from spotpool.localworld.emulator import wait_until
+from tests.engine._support.fast_launch import preview_expecting_no_changes
 from tests.engine.conftest import REGION, EngineWorld
-from tests.engine.test_fast_launch import _preview_expecting_no_changes
 
 pytestmark = pytest.mark.integration
 PASSWORD = "Sp0t-pool-pw!"
@@ -70,5 +70,5 @@ def test_an_instance_adopted_by_a_failed_up_is_not_reset_by_the_next(
     assert again.changes.update == 0 and again.changes.delete == 0, again.changes
     assert _calls(world, "ResetInstance") == 0
     assert _calls(world, "RunInstances") == created + 1  # slot 2's create alone
-    shown = _preview_expecting_no_changes(world, stack, tmp_path)  # the plain CLI, as a person
+    shown = preview_expecting_no_changes(world, stack, tmp_path)  # the plain CLI, as a person
     assert "5 unchanged" in shown, shown

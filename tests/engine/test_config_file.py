@@ -13,8 +13,12 @@ from pulumi import automation as auto
 
 from spotpool.engine import config_crypt, config_file
 from spotpool.toolchain.paths import bin_dir
+from tests.engine._support.fast_launch import (
+    PASSWORD,
+    pool_stack,
+    storm_config,
+)
 from tests.engine.conftest import EngineWorld, count_cli_runs
-from tests.engine.test_fast_launch import PASSWORD, _config, _pool
 
 pytestmark = pytest.mark.integration
 
@@ -38,10 +42,10 @@ def test_a_new_stack_is_made_and_configured_with_no_cli_run_before_its_up(
     world: EngineWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     commands = count_cli_runs(monkeypatch)
-    first, second = _pool(world, "one"), _pool(world, "two")
-    first.up(_config(world, first, 1), login_password=PASSWORD)
+    first, second = pool_stack(world, "one"), pool_stack(world, "two")
+    first.up(storm_config(world, first, 1), login_password=PASSWORD)
     assert commands == ["stack", "up"]  # a new backend: the CLI sets it up (its meta.yaml)
-    second.up(_config(world, second, 1), login_password=PASSWORD)
+    second.up(storm_config(world, second, 1), login_password=PASSWORD)
     assert commands[2:] == ["up"]  # no `stack select --create`, no `config set-all`
     monkeypatch.undo()
 

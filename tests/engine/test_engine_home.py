@@ -6,8 +6,12 @@ from pathlib import Path
 import pytest
 
 from spotpool.toolchain.paths import pulumi_home
+from tests.engine._support.fast_launch import (
+    PASSWORD,
+    pool_stack,
+    storm_config,
+)
 from tests.engine.conftest import EngineWorld
-from tests.engine.test_fast_launch import PASSWORD, _config, _pool
 
 pytestmark = pytest.mark.integration
 
@@ -19,8 +23,8 @@ def test_an_up_runs_with_the_shared_plugins_and_leaves_no_debug_log(
     shared.mkdir()
     (shared / "plugins").symlink_to(pulumi_home() / "plugins")
     monkeypatch.setenv("PULUMI_HOME", str(shared))
-    pool = _pool(world, "quiet")
-    pool.up(_config(world, pool, 1), login_password=PASSWORD)
+    pool = pool_stack(world, "quiet")
+    pool.up(storm_config(world, pool, 1), login_password=PASSWORD)
     assert len(world.cloud_instances(pool)) == 1  # the plugin ran: the instance is there
     home = world.settings.work_root / ".pulumi-home"
     assert (home / "plugins").resolve() == (shared / "plugins").resolve()

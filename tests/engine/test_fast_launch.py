@@ -7,53 +7,31 @@ import base64
 import json
 import os
 import re
-import subprocess
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from spotpool.api.notices import NONCE_TAG, NoticeAgent, slot_token
+from spotpool.api.notices import NONCE_TAG, slot_token
 from spotpool.api.spec import ChargeType
-from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.engine import fast_launch, launch_intents
 from spotpool.engine.backend_files import open_backend
 from spotpool.engine.errors import EngineError
 from spotpool.engine.ownership import Writer
 from spotpool.engine.stack import PoolStack, forget_stack
 from spotpool.localworld.emulator import wait_until
-from spotpool.toolchain.paths import bin_dir
-from tests.conftest import require_tool
+from tests.engine._support.fast_launch import (
+    PASSWORD,
+    pool_instances,
+    pool_stack,
+    preview_expecting_no_changes,
+    storm_config,
+)
 from tests.engine.conftest import REGION, EngineWorld
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).parents[2]
-AGENT = NoticeAgent(url="http://10.0.0.5:8090", command="spotpool notice-agent")
-PASSWORD = "Sp0t-pool-pw!"
-
-
-def _config(world: EngineWorld, stack: PoolStack, replicas: int) -> StackConfig:
-    """Every input the program turns into a request field: user data with the notice agent,
-    tags, ordered security groups, a spot price cap (and a password, given to each run)."""
-    return world.config(
-        stack,
-        replicas,
-        userData="#!/bin/sh\necho storm\n",
-        tags={"team": "ml", "cost-center": "42"},
-        securityGroupIds=["sg-bbb222", "sg-aaa111"],
-        spotMaxPrice="2.5",
-    ).model_copy(update={"notice_agent": AGENT})
-
-
-def _pool(world: EngineWorld, name: str = "gpu") -> PoolStack:
-    """A pool whose orphan rules are the real ones: an instance younger than 15 minutes may be
-    another writer's create in flight (the test world sets 0), so only the launch intent can
-    make a fast-path instance adoptable right away."""
-    settings = world.settings.model_copy(update={"orphan_min_age": 900.0})
-    identity = PoolIdentity(namespace="team-a", name=name, uid=str(uuid.uuid4()))
-    return PoolStack(identity, settings, world.credentials, REGION, world.progress.append)
 
 
 def _run_requests(world: EngineWorld) -> list[dict[str, Any]]:
@@ -90,57 +68,22 @@ def _user_data_settings(params: dict[str, Any]) -> dict[str, str]:
     return dict(re.findall(r"(SPOTPOOL_NOTICE_[A-Z]+)=(\S+)", text))
 
 
-def _pool_instances(world: EngineWorld, stack: PoolStack) -> dict[str, str]:
-    return world.cloud_instances(stack)
-
-
-def _preview_expecting_no_changes(world: EngineWorld, stack: PoolStack, tmp: Path) -> str:
-    """`pulumi preview --expect-no-changes` as a person runs it on the stack (the config of
-    its last update, the program through the language host)."""
-    require_tool("pulumi-language-python")
-    config_file = tmp / f"Pulumi.{stack.name}.yaml"
-    env = {
-        **os.environ,
-        "PATH": f"{bin_dir()}:{os.environ['PATH']}",
-        "PULUMI_BACKEND_URL": world.settings.backend_url,
-        "PULUMI_CONFIG_PASSPHRASE": world.settings.passphrase.get_secret_value(),
-        "PULUMI_SKIP_UPDATE_CHECK": "true",
-        "PULUMI_IGNORE_AMBIENT_PLUGINS": "true",
-        "PULUMI_DIY_BACKEND_GZIP": "true",
-        "PULUMI_DIY_BACKEND_DISABLE_CHECKPOINT_BACKUPS": "true",
-        **world.credentials.provider_env(),
-        "TENCENTCLOUD_REGION": REGION,
-        "TENCENTCLOUD_PROTOCOL": "HTTP",
-        "HTTP_PROXY": world.emulator.endpoint,
-        "NO_PROXY": "127.0.0.1,localhost",
-    }
-    shown = ""
-    for args in (["config", "refresh"], ["preview", "--expect-no-changes", "--diff"]):
-        done = subprocess.run(
-            ["pulumi", *args, "--stack", stack.name, "--config-file", str(config_file)],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        shown = done.stdout
-    return shown
-
-
 def test_fast_path_sends_the_providers_request_and_up_adopts_it_with_no_change(
     world: EngineWorld, tmp_path: Path
 ) -> None:
-    stack = _pool(world)
-    config = _config(world, stack, 2)
+    stack = pool_stack(world)
+    config = storm_config(world, stack, 2)
     first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
     by_provider = {_slot_of(p): p for p in _run_requests(world)}
     assert sorted(by_provider) == [0, 1]
 
     world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[1]]})
-    wait_until(lambda: first[1] not in _pool_instances(world, stack), "the reclaim", timeout=30)
+    wait_until(lambda: first[1] not in pool_instances(world, stack), "the reclaim", timeout=30)
     launched = fast_launch.launch_replacements(stack, config, [1], login_password=PASSWORD)
 
     assert launched.failed == {} and list(launched.instances) == [1]
     fast_id = launched.instances[1]
-    assert fast_id not in first.values() and fast_id in _pool_instances(world, stack)
+    assert fast_id not in first.values() and fast_id in pool_instances(world, stack)
     *_, ours = _run_requests(world)
     # (a) the very request the provider sends for slot 1, but for the generation
     assert NONCE_TAG in _tags(ours) and NONCE_TAG in _tags(by_provider[1])
@@ -172,10 +115,10 @@ def test_fast_path_sends_the_providers_request_and_up_adopts_it_with_no_change(
     assert len(_run_requests(world)) == served
     assert any(fast_id in note and "adopted" in note for note in adopted.recovered)
     assert next(i for i in adopted.instances if i.slot == 1).nonce == nonce
-    assert sorted(_pool_instances(world, stack)) == sorted([first[0], fast_id])
+    assert sorted(pool_instances(world, stack)) == sorted([first[0], fast_id])
     assert launch_intents.read_intent(stack).slots == {}  # settled
     assert stack.name not in launch_intents.PENDING
-    shown = _preview_expecting_no_changes(world, stack, tmp_path)
+    shown = preview_expecting_no_changes(world, stack, tmp_path)
     assert "4 unchanged" in shown, shown
     again = stack.up(config, login_password=PASSWORD)
     changed = again.changes.model_dump(exclude={"same"})
@@ -185,11 +128,11 @@ def test_fast_path_sends_the_providers_request_and_up_adopts_it_with_no_change(
 def test_a_retry_or_a_restart_with_the_same_intent_launches_nothing_new(
     world: EngineWorld,
 ) -> None:
-    stack = _pool(world)
-    config = _config(world, stack, 2)
+    stack = pool_stack(world)
+    config = storm_config(world, stack, 2)
     first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
     world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[0]]})
-    wait_until(lambda: first[0] not in _pool_instances(world, stack), "the reclaim", timeout=30)
+    wait_until(lambda: first[0] not in pool_instances(world, stack), "the reclaim", timeout=30)
 
     once = fast_launch.launch_replacements(stack, config, [0], login_password=PASSWORD)
     twice = fast_launch.launch_replacements(stack, config, [0], login_password=PASSWORD)
@@ -205,7 +148,7 @@ def test_a_retry_or_a_restart_with_the_same_intent_launches_nothing_new(
     # (c) three calls, one ClientToken, one instance
     fast_calls = [p for p in _run_requests(world) if "ClientToken" in p]
     assert len(fast_calls) == 3 and len({p["ClientToken"] for p in fast_calls}) == 1
-    assert sorted(_pool_instances(world, stack)) == sorted([fast_id, first[1]])
+    assert sorted(pool_instances(world, stack)) == sorted([fast_id, first[1]])
 
     adopted = restarted.up(config, login_password=PASSWORD, refresh=True)
     assert {i.slot: i.instance_id for i in adopted.instances} == {0: fast_id, 1: first[1]}
@@ -218,11 +161,11 @@ def test_a_kill_between_launch_and_its_reply_still_leaves_one_instance_per_slot(
     """The intent is written before RunInstances is sent: a writer killed before the reply
     leaves the slot's ClientToken but no instance id. The next writer's `up` adopts the
     instance by its tags (the slot a dead launch was filling), never makes a second."""
-    stack = _pool(world)
-    config = _config(world, stack, 2)
+    stack = pool_stack(world)
+    config = storm_config(world, stack, 2)
     first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
     world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[1]]})
-    wait_until(lambda: first[1] not in _pool_instances(world, stack), "the reclaim", timeout=30)
+    wait_until(lambda: first[1] not in pool_instances(world, stack), "the reclaim", timeout=30)
     (fast_id,) = fast_launch.launch_replacements(stack, config, [1], PASSWORD).instances.values()
     intent = launch_intents.read_intent(stack)
     intent.slots[1].instance_id = None  # as if killed before the cloud's reply arrived
@@ -235,7 +178,7 @@ def test_a_kill_between_launch_and_its_reply_still_leaves_one_instance_per_slot(
 
     assert {i.slot: i.instance_id for i in adopted.instances} == {0: first[0], 1: fast_id}
     assert adopted.changes.create == 0
-    assert sorted(_pool_instances(world, stack)) == sorted([first[0], fast_id])
+    assert sorted(pool_instances(world, stack)) == sorted([first[0], fast_id])
     assert launch_intents.read_intent(successor).slots == {}
 
 
@@ -247,8 +190,8 @@ def test_a_storm_within_the_clouds_request_limits_launches_every_slot_once(
     one refused at its edge: it is sent again, same ClientToken), every slot gets exactly one
     instance, and the first `up` of the new stack adopts all twelve (no create)."""
     world.emulator.admin_ok("POST", "/_emulator/rate-limits", {"Enabled": True})
-    stack = _pool(world, "storm")
-    config = _config(world, stack, 12)
+    stack = pool_stack(world, "storm")
+    config = storm_config(world, stack, 12)
 
     launched = fast_launch.launch_replacements(stack, config, range(12), PASSWORD)
 
@@ -258,7 +201,7 @@ def test_a_storm_within_the_clouds_request_limits_launches_every_slot_once(
     assert codes.count("OK") == 12 and set(codes) <= {"OK", "RequestLimitExceeded"}
     assert len(codes) <= 14, codes  # paced: at most a refusal or two at the limit's edge
     assert len({c["Params"]["ClientToken"] for c in calls}) == 12
-    assert sorted(_pool_instances(world, stack)) == sorted(launched.instances.values())
+    assert sorted(pool_instances(world, stack)) == sorted(launched.instances.values())
     adopted = stack.up(config, login_password=PASSWORD)
     assert {i.slot: i.instance_id for i in adopted.instances} == launched.instances
     after = world.emulator.admin_ok("GET", "/_emulator/requests?action=RunInstances")["Requests"]
@@ -268,17 +211,17 @@ def test_a_storm_within_the_clouds_request_limits_launches_every_slot_once(
 
 
 def test_destroy_terminates_a_fast_path_instance_not_adopted_yet(world: EngineWorld) -> None:
-    stack = _pool(world)
-    config = _config(world, stack, 2)
+    stack = pool_stack(world)
+    config = storm_config(world, stack, 2)
     first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
     world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[1]]})
-    wait_until(lambda: first[1] not in _pool_instances(world, stack), "the reclaim", timeout=30)
+    wait_until(lambda: first[1] not in pool_instances(world, stack), "the reclaim", timeout=30)
     (fast_id,) = fast_launch.launch_replacements(stack, config, [1], PASSWORD).instances.values()
 
     stack.refresh()  # the reclaimed instance leaves the state (a destroy would not find it)
     stack.destroy()  # young, yet named by the intent: not another writer's create
 
-    wait_until(lambda: not _pool_instances(world, stack), "every instance gone", timeout=30)
+    wait_until(lambda: not pool_instances(world, stack), "every instance gone", timeout=30)
     gone = {i["InstanceId"]: i.get("GoneReason") for i in world.emulator.all_instances()}
     assert gone[fast_id] == "terminated"
     files = open_backend(world.settings.backend_url)
@@ -291,7 +234,7 @@ def test_keys_vpc_on_demand_no_agent_and_a_slot_still_held(world: EngineWorld) -
     nonce), and a spot pool's slot fallen back to on-demand (no market options). The fast path
     launched while the slot's instance still runs (a notice, say) is left alone by the up —
     neither adopted nor terminated: the slot keeps one instance."""
-    stack = _pool(world, "plain")
+    stack = pool_stack(world, "plain")
     config = world.config(
         stack,
         2,
@@ -318,7 +261,7 @@ def test_keys_vpc_on_demand_no_agent_and_a_slot_still_held(world: EngineWorld) -
 
     again = stack.up(config, refresh=True)
     assert {i.slot: i.instance_id for i in again.instances} == first
-    assert set(launched.instances.values()) <= set(_pool_instances(world, stack))  # kept
+    assert set(launched.instances.values()) <= set(pool_instances(world, stack))  # kept
     assert launch_intents.read_intent(stack).slots.keys() == {0, 1}  # until they are old
 
 
@@ -326,11 +269,11 @@ def test_the_intent_lives_in_an_s3_backend_beside_the_stack(s3_world: EngineWorl
     """On a shared S3 backend (versitygw) as on a directory: the intent is an object beside
     the stack's checkpoint, read back by a restarted writer, adopted and removed by its up."""
     world = s3_world
-    stack = _pool(world)
-    config = _config(world, stack, 2)
+    stack = pool_stack(world)
+    config = storm_config(world, stack, 2)
     first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
     world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[0]]})
-    wait_until(lambda: first[0] not in _pool_instances(world, stack), "the reclaim", timeout=30)
+    wait_until(lambda: first[0] not in pool_instances(world, stack), "the reclaim", timeout=30)
     (fast_id,) = fast_launch.launch_replacements(stack, config, [0], PASSWORD).instances.values()
     files = open_backend(world.settings.backend_url)
     assert files is not None
@@ -362,8 +305,8 @@ class _LostLease:
 
 
 def test_a_writer_that_lost_the_pools_lease_launches_nothing(world: EngineWorld) -> None:
-    stack = _pool(world)
-    config = _config(world, stack, 2)
+    stack = pool_stack(world)
+    config = storm_config(world, stack, 2)
     lost = Writer(hostname="operator-0", pid=os.getpid(), lease=_LostLease())
     settings = stack.settings.model_copy(update={"writer": lost})
     fenced = PoolStack(stack.pool, settings, world.credentials, REGION)
@@ -371,14 +314,14 @@ def test_a_writer_that_lost_the_pools_lease_launches_nothing(world: EngineWorld)
     with pytest.raises(EngineError, match="lost the pool's Lease"):
         fast_launch.launch_replacements(fenced, config, [0, 1], PASSWORD)
 
-    assert _run_requests(world) == [] and not _pool_instances(world, stack)
+    assert _run_requests(world) == [] and not pool_instances(world, stack)
     assert launch_intents.read_intent(stack).slots == {}
 
 
 def test_the_complete_launch_spec_is_sent_as_the_provider_sends_it(world: EngineWorld) -> None:
     """Per-zone subnets, data disks, a CAM role, a placement group and an image per instance
     type: the fast path's request for each slot equals the provider's, and the up adopts."""
-    stack = _pool(world, "spec")
+    stack = pool_stack(world, "spec")
     config = world.config(
         stack,
         2,
@@ -392,7 +335,7 @@ def test_the_complete_launch_spec_is_sent_as_the_provider_sends_it(world: Engine
     first = {i.slot: i.instance_id for i in stack.up(config).instances}
     by_provider = {_slot_of(p): p for p in _run_requests(world)}
     world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": list(first.values())})
-    wait_until(lambda: not _pool_instances(world, stack), "the reclaims", timeout=30)
+    wait_until(lambda: not pool_instances(world, stack), "the reclaims", timeout=30)
 
     launched = fast_launch.launch_replacements(stack, config, [0, 1])
 

@@ -12,41 +12,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 from tencentcloud.common.exception.tencent_cloud_sdk_exception import TencentCloudSDKException
 
 from spotpool.api.stackconfig import PoolIdentity
-from spotpool.cluster import s3
 from spotpool.engine import cloud, fast_launch, launch_intents
 from spotpool.engine.backend_files import open_backend
-from spotpool.engine.credentials import Credentials
 from spotpool.engine.processes import fenced
 from spotpool.engine.ratelimit import Buckets, RateLimits
-from spotpool.engine.settings import EngineSettings
 from spotpool.engine.stack import PoolStack
 from spotpool.localworld.emulator import wait_until
 from spotpool.localworld.engine import REGION, EngineWorld
-from tests.conftest import require_tool
-from tests.emulator.harness import SECRET_ID, SECRET_KEY, start_emulator
+from tests.emulator.harness import SECRET_ID
+from tests.engine._support.worlds import engine_world, s3_backend
 
 pytestmark = pytest.mark.integration
-
-
-def _cloud_world(tmp_path: Path, backend_url: str) -> Iterator[EngineWorld]:
-    emulator = start_emulator(tmp_path / "cloud.db", tmp_path / "emulator.log", boot_seconds=0)
-    settings = EngineSettings(
-        backend_url=backend_url,
-        passphrase=SecretStr("engine-tests-passphrase"),
-        work_root=tmp_path / "workspaces",
-        cloud_endpoint=emulator.endpoint,
-        orphan_min_age=900.0,
-    )
-    (tmp_path / "backend").mkdir(exist_ok=True)
-    credentials = Credentials(secret_id=SecretStr(SECRET_ID), secret_key=SecretStr(SECRET_KEY))
-    try:
-        yield EngineWorld(emulator, settings, credentials, [])
-    finally:
-        emulator.stop()
 
 
 @pytest.fixture(params=["file", "s3"])
@@ -55,21 +34,17 @@ def backend_world(
 ) -> Iterator[EngineWorld]:
     """The emulator, with the stacks' backend a directory or a real S3 server (versitygw)."""
     if request.param == "file":
-        yield from _cloud_world(tmp_path, f"file://{tmp_path / 'backend'}")
-        return
-    require_tool("versitygw")
-    server = s3.start(tmp_path / "s3")
-    for key, value in server.env.items():
-        monkeypatch.setenv(key, value)
-    try:
-        yield from _cloud_world(tmp_path, server.backend_url)
-    finally:
-        server.stop()
+        backend = f"file://{tmp_path / 'backend'}"
+    else:
+        backend = s3_backend(request.getfixturevalue("s3_server"), monkeypatch)
+    with engine_world(tmp_path, backend, orphan_min_age=900.0) as world:
+        yield world
 
 
 @pytest.fixture
 def file_world(tmp_path: Path) -> Iterator[EngineWorld]:
-    yield from _cloud_world(tmp_path, f"file://{tmp_path / 'backend'}")
+    with engine_world(tmp_path, f"file://{tmp_path / 'backend'}", orphan_min_age=900.0) as world:
+        yield world
 
 
 def _pool(world: EngineWorld) -> PoolStack:

@@ -6,18 +6,23 @@ import pytest
 
 from spotpool.engine import fast_launch, launch_intents
 from spotpool.localworld.emulator import wait_until
+from tests.engine._support.fast_launch import (
+    PASSWORD,
+    pool_instances,
+    pool_stack,
+    storm_config,
+)
 from tests.engine.conftest import EngineWorld
-from tests.engine.test_fast_launch import PASSWORD, _config, _pool, _pool_instances
 
 pytestmark = pytest.mark.integration
 
 
 def test_a_targeted_replacement_adopts_another_replicas_launch(world: EngineWorld) -> None:
-    stack = _pool(world)
-    config = _config(world, stack, 2)
+    stack = pool_stack(world)
+    config = storm_config(world, stack, 2)
     first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
     world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[0]]})
-    wait_until(lambda: first[0] not in _pool_instances(world, stack), "the reclaim", timeout=30)
+    wait_until(lambda: first[0] not in pool_instances(world, stack), "the reclaim", timeout=30)
     # The replica that held the pool's shard launched slot 0's next instance, then its shard
     # came back here: this process knows the stack (its URNs) but not that launch.
     (fast_id,) = fast_launch.launch_replacements(stack, config, [0], PASSWORD).instances.values()
@@ -27,5 +32,5 @@ def test_a_targeted_replacement_adopts_another_replicas_launch(world: EngineWorl
 
     assert {i.slot: i.instance_id for i in replaced.instances} == {0: fast_id, 1: first[1]}
     assert replaced.changes.create == 0
-    assert sorted(_pool_instances(world, stack)) == sorted([fast_id, first[1]])
+    assert sorted(pool_instances(world, stack)) == sorted([fast_id, first[1]])
     assert launch_intents.read_intent(stack).slots == {}

@@ -6,8 +6,10 @@ import json
 
 import pytest
 
+from tests.engine._support.fast_launch import (
+    pool_stack,
+)
 from tests.engine.conftest import EngineWorld, count_cli_runs
-from tests.engine.test_fast_launch import _pool
 
 pytestmark = pytest.mark.integration
 
@@ -15,11 +17,11 @@ pytestmark = pytest.mark.integration
 def test_a_new_stack_on_s3_costs_no_cli_run_before_its_up(
     s3_world: EngineWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    first = _pool(s3_world, "first")
+    first = pool_stack(s3_world, "first")
     first.up(s3_world.config(first, 1))  # the CLI sets the backend up (its meta.yaml)
 
     commands = count_cli_runs(monkeypatch)
-    second = _pool(s3_world, "second")
+    second = pool_stack(s3_world, "second")
     made = second.up(s3_world.config(second, 1))
 
     assert commands == ["up"]  # (undoing the count would undo the fixture's S3 keys too)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from spotpool.engine.ratelimit import BUCKETS, DEFAULT_RATES, RateLimits
-from tests.e2e.test_capacity import most_over_bucket
+from tests._support.buckets import most_over_bucket
 from tests.engine.conftest import EngineWorld
 
 pytestmark = pytest.mark.integration

@@ -6,7 +6,6 @@ reaches nothing; the real keys never reach the run."""
 
 import io
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -17,7 +16,6 @@ from pulumi import automation as auto
 from spotpool.cluster import s3
 from spotpool.engine.backend_files import open_backend
 from spotpool.engine.s3_fence import S3Fence, Upstream
-from tests.conftest import require_tool
 
 pytestmark = pytest.mark.integration
 CHECKPOINT = ".pulumi/stacks/spotpool/team-a.gpu.json.gz"
@@ -25,18 +23,8 @@ LOCK = ".pulumi/locks/spotpool/team-a.gpu/1234.json"
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[s3.LocalS3]:
-    require_tool("versitygw")
-    started = s3.start(tmp_path / "s3")
-    try:
-        yield started
-    finally:
-        started.stop()
-
-
-@pytest.fixture
-def fence(server: s3.LocalS3) -> Iterator[S3Fence]:
-    made = S3Fence(server.backend_url, server.env)
+def fence(s3_server: s3.LocalS3) -> Iterator[S3Fence]:
+    made = S3Fence(s3_server.backend_url, s3_server.env)
     try:
         yield made
     finally:
@@ -80,25 +68,27 @@ def _put(client: Minio, bucket: str, key: str, data: bytes) -> None:
     client.put_object(bucket, key, io.BytesIO(data), len(data))
 
 
-def test_a_late_save_cannot_pass_a_later_holders_save(server: s3.LocalS3, fence: S3Fence) -> None:
-    direct = open_backend(server.backend_url, server.env)
+def test_a_late_save_cannot_pass_a_later_holders_save(
+    s3_server: s3.LocalS3, fence: S3Fence
+) -> None:
+    direct = open_backend(s3_server.backend_url, s3_server.env)
     assert direct is not None
     old, new = Flag(), Flag()
     refused_run = pytest.raises(auto.CommandError, match="saves were refused")
     with refused_run, fence.admit(old.check) as old_env, fence.admit(new.check) as new_env:
         old_run, new_run = _client(fence, old_env), _client(fence, new_env)
         with pytest.raises(S3Error) as missing:
-            _read(old_run, server.bucket, CHECKPOINT)
+            _read(old_run, s3_server.bucket, CHECKPOINT)
         assert missing.value.code == "NoSuchKey"
-        _put(old_run, server.bucket, CHECKPOINT, b"old holder, save 1")  # If-None-Match: *
-        _put(old_run, server.bucket, CHECKPOINT, b"old holder, save 2")  # If-Match: save 1
+        _put(old_run, s3_server.bucket, CHECKPOINT, b"old holder, save 1")  # If-None-Match: *
+        _put(old_run, s3_server.bucket, CHECKPOINT, b"old holder, save 2")  # If-Match: save 1
         assert direct.read(CHECKPOINT) == b"old holder, save 2"
 
         # The old holder stalls after its check; the new holder reads and saves meanwhile.
-        assert _read(new_run, server.bucket, CHECKPOINT) == b"old holder, save 2"
-        _put(new_run, server.bucket, CHECKPOINT, b"new holder's checkpoint")
+        assert _read(new_run, s3_server.bucket, CHECKPOINT) == b"old holder, save 2"
+        _put(new_run, s3_server.bucket, CHECKPOINT, b"new holder's checkpoint")
         with pytest.raises(S3Error) as late:
-            _put(old_run, server.bucket, CHECKPOINT, b"old holder, late save")
+            _put(old_run, s3_server.bucket, CHECKPOINT, b"old holder, late save")
         assert late.value.code == "PreconditionFailed"
         assert fence.late_saves == 1
         assert direct.read(CHECKPOINT) == b"new holder's checkpoint"
@@ -106,30 +96,30 @@ def test_a_late_save_cannot_pass_a_later_holders_save(server: s3.LocalS3, fence:
         # Once the old holder's fence fails, nothing of its run reaches the backend at all.
         old.held = False
         for attempt in (
-            lambda: _put(old_run, server.bucket, CHECKPOINT, b"old holder, after thaw"),
-            lambda: old_run.remove_object(server.bucket, LOCK),
-            lambda: _read(old_run, server.bucket, CHECKPOINT),
+            lambda: _put(old_run, s3_server.bucket, CHECKPOINT, b"old holder, after thaw"),
+            lambda: old_run.remove_object(s3_server.bucket, LOCK),
+            lambda: _read(old_run, s3_server.bucket, CHECKPOINT),
         ):
             with pytest.raises(S3Error) as refused:
                 attempt()
             assert refused.value.code == "AccessDenied"
         assert fence.refused == 3
-        _put(new_run, server.bucket, LOCK, b"{}")  # other keys: fenced by the check alone
-        _put(new_run, server.bucket, CHECKPOINT, b"new holder, save 2")
+        _put(new_run, s3_server.bucket, LOCK, b"{}")  # other keys: fenced by the check alone
+        _put(new_run, s3_server.bucket, CHECKPOINT, b"new holder, save 2")
         assert direct.read(CHECKPOINT) == b"new holder, save 2"
     # Admissions over: a CLI left behind (killed late, thawed) reaches nothing either.
     with pytest.raises(S3Error) as over:
-        _put(new_run, server.bucket, CHECKPOINT, b"after the operation")
+        _put(new_run, s3_server.bucket, CHECKPOINT, b"after the operation")
     assert over.value.code == "AccessDenied"
     assert direct.read(CHECKPOINT) == b"new holder, save 2"
     assert sorted(direct.keys(".pulumi/")) == [LOCK, CHECKPOINT]
 
 
-def test_the_runs_never_see_the_real_keys(server: s3.LocalS3, fence: S3Fence) -> None:
+def test_the_runs_never_see_the_real_keys(s3_server: s3.LocalS3, fence: S3Fence) -> None:
     with fence.admit(None) as env:
-        assert server.access_key not in env.values()
-        assert server.secret_key not in env.values()
-        listed = _client(fence, env).list_objects(server.bucket, prefix=".pulumi/")
+        assert s3_server.access_key not in env.values()
+        assert s3_server.secret_key not in env.values()
+        listed = _client(fence, env).list_objects(s3_server.bucket, prefix=".pulumi/")
         assert list(listed) == []
 
 

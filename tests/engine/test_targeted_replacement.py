@@ -8,14 +8,14 @@ import pytest
 import yaml
 
 from spotpool.localworld.emulator import wait_until
-from tests.engine.conftest import EngineWorld, count_cli_runs
-from tests.engine.test_fast_launch import (
+from tests.engine._support.fast_launch import (
     PASSWORD,
-    _config,
-    _pool,
-    _pool_instances,
-    _preview_expecting_no_changes,
+    pool_instances,
+    pool_stack,
+    preview_expecting_no_changes,
+    storm_config,
 )
+from tests.engine.conftest import EngineWorld, count_cli_runs
 
 pytestmark = pytest.mark.integration
 
@@ -23,8 +23,8 @@ pytestmark = pytest.mark.integration
 def test_a_targeted_replacement_is_one_cli_run_and_previews_no_change(
     world: EngineWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    stack = _pool(world)
-    config = _config(world, stack, 2)
+    stack = pool_stack(world)
+    config = storm_config(world, stack, 2)
     first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
     settings_file = world.settings.work_root / stack.name / f"Pulumi.{stack.name}.yaml"
     secure_before = {
@@ -32,7 +32,7 @@ def test_a_targeted_replacement_is_one_cli_run_and_previews_no_change(
         if isinstance(v, dict)
     }  # fmt: skip
     world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[1]]})
-    wait_until(lambda: first[1] not in _pool_instances(world, stack), "the reclaim", timeout=30)
+    wait_until(lambda: first[1] not in pool_instances(world, stack), "the reclaim", timeout=30)
 
     commands = count_cli_runs(monkeypatch)
     replaced = stack.replace_slots(config, [1], login_password=PASSWORD)
@@ -41,8 +41,8 @@ def test_a_targeted_replacement_is_one_cli_run_and_previews_no_change(
     assert commands == ["up"]
     after = {i.slot: i.instance_id for i in replaced.instances}
     assert after[0] == first[0] and after[1] != first[1]
-    assert sorted(_pool_instances(world, stack)) == sorted(after.values())
+    assert sorted(pool_instances(world, stack)) == sorted(after.values())
     written = yaml.safe_load(settings_file.read_text())["config"]
     assert {k: v for k, v in written.items() if isinstance(v, dict)} == secure_before
     assert PASSWORD not in settings_file.read_text()
-    _preview_expecting_no_changes(world, stack, tmp_path)
+    preview_expecting_no_changes(world, stack, tmp_path)
