@@ -8,6 +8,8 @@ from typing import Any
 
 import kubernetes
 
+GATHER_TIMEOUT = 30.0  # seconds a gathering call waits for the others before it fails
+
 
 class FakeClock:
     """A monotonic clock moved by hand."""
@@ -24,7 +26,10 @@ class FakeClock:
 
 class FakeLeases:
     """Leases by name in one namespace. `delay`: seconds each call takes (real time);
-    `down`: every call fails as a stalled connection's would (a timeout)."""
+    `down`: every call fails as a stalled connection's would (a timeout). `gather(n)`: each
+    call waits until n calls are in flight at once (a slow API server that answers only then),
+    so calls made one after another never get past the first: `peak` counts the most in
+    flight at once."""
 
     def __init__(self) -> None:
         self.items: dict[str, Any] = {}
@@ -32,14 +37,36 @@ class FakeLeases:
         self.delay = 0.0
         self.down = False
         self.calls = 0
+        self.in_flight = self.peak = 0
+        self._gather = 0
+        self._gathered = threading.Event()
         self._lock = threading.Lock()
+        self._flight = threading.Condition()
+
+    def gather(self, calls: int) -> None:
+        self._gather = calls
+        self._gathered.clear()
 
     def _call(self) -> None:
-        self.calls += 1
-        if self.delay:
-            time.sleep(self.delay)
-        if self.down:
-            raise TimeoutError("read timed out")
+        with self._flight:
+            self.calls += 1
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+            if self._gather and self.in_flight >= self._gather:
+                self._gathered.set()
+        try:
+            # A deadlock breaker, not a time bound: one call at a time never gathers.
+            if self._gather and not self._gathered.wait(GATHER_TIMEOUT):
+                self._gathered.set()  # the calls after this one fail at once (peak stays low)
+                self.down = True
+                raise TimeoutError(f"{self._gather} calls never were in flight at once")
+            if self.delay:
+                time.sleep(self.delay)
+            if self.down:
+                raise TimeoutError("read timed out")
+        finally:
+            with self._flight:
+                self.in_flight -= 1
 
     def _stored(self, lease: Any) -> Any:
         self.version += 1
