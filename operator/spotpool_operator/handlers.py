@@ -38,6 +38,7 @@ RESOURCE = (GROUP, VERSION, PLURAL)
 BLOCKING_THREADS = 32  # the event loop's pool for blocking calls (Secrets, status, SDK)
 PREFIX = GROUP  # annotations and the finalizer carry the API group, not kopf's
 Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
+log = logging.getLogger(__name__)
 
 
 def _retry_or_stop(problem: PoolProblem, delay: float) -> kopf.TemporaryError | kopf.PermanentError:
@@ -50,9 +51,22 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
     settings = reconciler.settings
     shards = reconciler.shards
 
+    left_alone: set[tuple[str, str]] = set()  # (uid, class) of pools already said to be others'
+
     def mine(body: Mapping[str, Any], **_: Any) -> bool:
-        """kopf's filter: the pool names this install's class."""
-        return operator_class(body) == settings.operator_class
+        """kopf's filter: the pool names this install's class. The first time a pool shows
+        another class, the decision is logged (the tests wait for it: nothing else shows it)."""
+        named = operator_class(body)
+        if named == settings.operator_class:
+            return True
+        meta = body.get("metadata", {})
+        seen = (str(meta.get("uid", "")), named)
+        if seen not in left_alone:
+            left_alone.add(seen)
+            pool = f"{meta.get('namespace')}/{meta.get('name')}"
+            log.info("pool %s is of operator class %r, not %r: left to its install",
+                     pool, named, settings.operator_class)  # fmt: skip
+        return False
 
     def served(body: Mapping[str, Any], **_: Any) -> bool:
         """kopf's filter: this install's pool, and this replica holds the pool's shard."""

@@ -82,6 +82,11 @@ def installs(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[I
         emulator.stop()
 
 
+def _handled(log: str) -> str:
+    """An install's log without its lines saying a pool of another class is left alone."""
+    return "\n".join(line for line in log.splitlines() if "left to its install" not in line)
+
+
 def _table(text: str) -> dict[str, dict[str, str]]:
     """`kubectl get` output as name -> column -> cell (an empty cell prints as blanks)."""
     header, *rows = text.splitlines()
@@ -105,7 +110,11 @@ def test_each_install_converges_only_the_pools_of_its_class(installs: Installs) 
     blue.wait_ready(ns, "blue-pool", 1)
     green.wait_ready(ns, "green-pool", 2)
     print(f"both pools Ready in {time.monotonic() - started:.0f} s")
-    time.sleep(3)  # time for a wrong install to act, had it been going to
+    # Each install has seen the other pools and logged its decision to leave them alone.
+    for world, others in ((blue, ("green-pool", "plain")), (green, ("blue-pool", "plain"))):
+        for name in others:
+            world.wait_until(lambda w=world, n=name: f"pool {ns}/{n} is of" in w.log.read_text(),
+                             f"{name} left alone", 60)  # fmt: skip
 
     by_pool = {name: installs.pool(name) for name in ("blue-pool", "green-pool", "plain")}
     assert by_pool["blue-pool"]["metadata"]["finalizers"] == [f"{FINALIZER}-blue"]
@@ -123,7 +132,7 @@ def test_each_install_converges_only_the_pools_of_its_class(installs: Installs) 
     assert installs.installs_of(uid["green-pool"]) == {"green-install"}
 
     # Each install's log, Events and metrics name only its own pool.
-    blue_log, green_log = (w.log.read_text(errors="replace") for w in (blue, green))
+    blue_log, green_log = (_handled(w.log.read_text(errors="replace")) for w in (blue, green))
     assert f"{ns}/blue-pool" in blue_log and f"{ns}/green-pool" in green_log
     assert f"{ns}/green-pool" not in blue_log and f"{ns}/plain" not in blue_log
     assert f"{ns}/blue-pool" not in green_log and f"{ns}/plain" not in green_log
@@ -179,7 +188,7 @@ def test_a_pool_moved_to_the_other_class_changes_hands_without_an_up(
     green.wait_ready(ns, "blue-pool", 2)
     assert len(blue.cloud(uid)) == 2
     assert "green-install" in installs.installs_of(uid)
-    assert f"{ns}/blue-pool" not in blue.log.read_text(errors="replace")[mark:]
+    assert f"{ns}/blue-pool" not in _handled(blue.log.read_text(errors="replace")[mark:])
 
 
 def test_deleting_leaves_the_other_installs_pools_alone(installs: Installs) -> None:
@@ -189,7 +198,7 @@ def test_deleting_leaves_the_other_installs_pools_alone(installs: Installs) -> N
     blue.kube.ok("-n", ns, "delete", "spotpool", "plain", "--wait=true", "--timeout=30s")
     green.kube.ok("-n", ns, "delete", "spotpool", "blue-pool", "--wait=true", "--timeout=180s")
     assert blue.cloud(uids["blue-pool"]) == {}  # green destroyed the moved pool's stack
-    time.sleep(2)
+    # The deletions are over (--wait): the handlers they woke have finished.
     after = installs.pool("green-pool")
     assert after["metadata"]["finalizers"] == [f"{FINALIZER}-green"]
     assert len(blue.cloud(green_pool["metadata"]["uid"])) == 2

@@ -38,6 +38,20 @@ def test_every_handler_serves_only_pools_of_its_class(operator_class: str, tmp_p
             assert when(body=body) == (klass == operator_class), (operator_class, klass)
 
 
+def test_a_pool_of_another_class_is_logged_as_left_alone_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (when, *_) = _filters("blue", tmp_path)["delete"]
+    assert when is not None
+    green = pool_body(operatorClass="green")
+    with caplog.at_level("INFO", logger="spotpool_operator.handlers"):
+        for _ in range(3):  # every event of the pool asks again
+            assert when(body=green) is False
+        assert when(body=pool_body(operatorClass="blue")) is True
+    said = [r.getMessage() for r in caplog.records if "left to its install" in r.getMessage()]
+    assert said == ["pool team-a/gpu is of operator class 'green', not 'blue': left to its install"]
+
+
 def test_the_finalizer_is_the_classs_own() -> None:
     named = {}
     for operator_class in ("", "blue"):
