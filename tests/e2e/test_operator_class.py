@@ -10,6 +10,7 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pytest
@@ -82,6 +83,10 @@ def installs(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[I
         emulator.stop()
 
 
+def _logged(world: OperatorWorld, text: str) -> bool:
+    return text in world.log.read_text(errors="replace")
+
+
 def _handled(log: str) -> str:
     """An install's log without its lines saying a pool of another class is left alone."""
     return "\n".join(line for line in log.splitlines() if "left to its install" not in line)
@@ -113,8 +118,8 @@ def test_each_install_converges_only_the_pools_of_its_class(installs: Installs) 
     # Each install has seen the other pools and logged its decision to leave them alone.
     for world, others in ((blue, ("green-pool", "plain")), (green, ("blue-pool", "plain"))):
         for name in others:
-            world.wait_until(lambda w=world, n=name: f"pool {ns}/{n} is of" in w.log.read_text(),
-                             f"{name} left alone", 60)  # fmt: skip
+            said = f"pool {ns}/{name} is of"
+            world.wait_until(partial(_logged, world, said), f"{name} left alone", 60)
 
     by_pool = {name: installs.pool(name) for name in ("blue-pool", "green-pool", "plain")}
     assert by_pool["blue-pool"]["metadata"]["finalizers"] == [f"{FINALIZER}-blue"]
