@@ -121,7 +121,7 @@ def test_replicas_share_the_pools_and_take_over_a_killed_ones(replicas: Replicas
     serving = {n: "a" if shard_of(uids[n], SHARDS) in held["a"] else "b" for n in names}
     assert set(serving.values()) == {"a", "b"}, serving  # both replicas serve pools
 
-    replicas.start("c")  # a third replica takes its share; no instance changes
+    c = replicas.start("c")  # a third replica takes its share; no instance changes
     a.wait_until(
         lambda: sorted(len(s) for s in replicas.held().values()) == [2, 3, 3], "a 2/3/3 split", 60
     )
@@ -135,7 +135,12 @@ def test_replicas_share_the_pools_and_take_over_a_killed_ones(replicas: Replicas
     }
     assert report["pools"] >= POOLS  # (other tests' pools count too: it reads the cluster)
     assert sum(r["pools"] for r in report["replicas"]) == report["pools"]
-    time.sleep(REFRESH / 2)  # the new holder looks at its pools: no up, nothing replaced
+    # The new holder settles each pool it took as it decides: no up, the stack applied the spec.
+    for name in (n for n in names if owner[shard_of(uids[n], SHARDS)] == "c"):
+        settled = f"{ns}/{name}] spec already applied; nothing to do"
+        c.wait_until(lambda s=settled: s in c.log.read_text(errors="replace"),  # type: ignore[misc]
+                     f"c settling {name}", LEASE + REFRESH)  # fmt: skip
+    assert not re.search(rf"\] up of {re.escape(ns)}\.", c.log.read_text(errors="replace"))
     for name in names:
         assert _ids(a.get(ns, name) or {}) == _ids(pools[name]), name
 
