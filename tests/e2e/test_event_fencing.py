@@ -7,7 +7,6 @@ own (stalling) connection, each on a thread of its own, as kopf's queue posts th
 
 import json
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from spotpool_operator.metrics import Metrics
 from spotpool_operator.reconciler import Reconciler
 from spotpool_operator.shards import ShardLeases
 
+from spotpool.localworld.emulator import wait_until
 from spotpool.localworld.kube import Kube
 from spotpool.localworld.operator import pool_manifest
 from spotpool.localworld.slow_proxy import StallProxy
@@ -50,14 +50,6 @@ class ApiEvents:
         self.posting.append(thread)
 
 
-def _wait(probe: Any, what: str, timeout: float) -> Any:
-    ends = time.monotonic() + timeout
-    while not (found := probe()):
-        assert time.monotonic() < ends, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return found
-
-
 def _reasons(kube: Kube, namespace: str, name: str) -> list[str]:
     out = kube.ok("-n", namespace, "get", "events", "--field-selector",
                   f"involvedObject.name={name}", "-o", "jsonpath={.items[*].reason}")  # fmt: skip
@@ -84,16 +76,16 @@ def test_a_replica_whose_shard_went_posts_no_reclaimed_event(
     b: Running | None = None
     try:
         reconciler.shards = a.replica
-        _wait(lambda: a.replica.serves(uid), "A to hold the shard", 30)
+        wait_until(lambda: a.replica.serves(uid), "A to hold the shard", 30)
         run(reconciler.converge(ref(body)))
-        _wait(lambda: "Converged" in _reasons(kube, namespace, name), "A's Converged", 30)
+        wait_until(lambda: "Converged" in _reasons(kube, namespace, name), "A's Converged", 30)
 
         proxy.stalled.set()  # A's connection stalls: its renewals stop reaching the server
         b = Running(
             ShardLeases(coordination_api(kube.kubeconfig), namespace, "ef", 1, D, hostname="pod-b")
         )
         b_replica = b.replica
-        _wait(lambda: b_replica.serves(uid), "B to take the shard over", 4 * D)
+        wait_until(lambda: b_replica.serves(uid), "B to take the shard over", 4 * D)
         assert not a.replica.serves(uid)
         # A's probe saw slot 0 go; its daemon handles it now, after the shard went.
         reconciler.pools[uid].gone_slots = {0}

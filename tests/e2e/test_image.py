@@ -12,7 +12,7 @@ import re
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,7 +21,7 @@ import yaml
 
 from spotpool.image.build import Image, build, ca_bundle
 from spotpool.image.host import RUN_FLAGS
-from spotpool.localworld.emulator import EmulatorProcess
+from spotpool.localworld.emulator import EmulatorProcess, wait_until
 from spotpool.localworld.kube import Kube
 from tests.conftest import require_tool
 from tests.e2e.container import Pod, pod_from_deployment, podman, podman_ok
@@ -37,16 +37,6 @@ POOL_NAMESPACE = "image-team"
 POOLS = "spotpools.devops.jokerbai.com"
 PASSPHRASE = "image-e2e-passphrase"
 T = TypeVar("T")
-
-
-def wait_for(what: str, check: Callable[[], T | None], timeout: float = 240) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +117,9 @@ def running(
     podman_ok(*pod.run_command()[1:])
     try:
         liveness = f"http://127.0.0.1:{pod.ports['liveness']}/healthz"
-        wait_for("the liveness endpoint", lambda: _answers(liveness) or _exited(pod), 120)
+        wait_until(
+            lambda: _answers(liveness) or _exited(pod), "the liveness endpoint", 120, every=1
+        )
         assert not _exited(pod), logs(pod)
         yield pod
     finally:
@@ -219,7 +211,7 @@ def test_a_pool_converges_and_a_reclaim_is_replaced(
         pool = _pool(kube, "gpu")
         return pool if pool.get("status", {}).get("readyReplicas") == 2 else None
 
-    pool = wait_for("the pool to converge", ready)
+    pool = wait_until(ready, "the pool to converge", 240, every=1)
     uid = pool["metadata"]["uid"]
     victim, survivor = _ids(pool)
     assert _live(emulator, uid) == {victim, survivor}
@@ -232,7 +224,7 @@ def test_a_pool_converges_and_a_reclaim_is_replaced(
         done = victim not in ids and len(ids) == 2 and pool["status"].get("readyReplicas") == 2
         return pool if done else None
 
-    pool = wait_for("the reclaimed instance's replacement", replaced)
+    pool = wait_until(replaced, "the reclaimed instance's replacement", 240, every=1)
     assert survivor in _ids(pool) and pool["status"]["reclaims"]["total"] == 1
     assert _live(emulator, uid) == set(_ids(pool))
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{running.ports['metrics']}/metrics").read()
@@ -265,7 +257,9 @@ def test_sigterm_stops_it_within_the_grace_period_leaving_no_process(
 ) -> None:
     # Scale up so that a Pulumi run (the engine, the plugin) is in flight when SIGTERM comes.
     kube.ok("-n", POOL_NAMESPACE, "scale", POOLS, "gpu", "--replicas=3")
-    top = wait_for("the tencentcloud plugin running", lambda: _plugin_running(running), 120)
+    top = wait_until(
+        lambda: _plugin_running(running), "the tencentcloud plugin running", 120, every=1
+    )
     processes = {int(pid): args for pid, args in _rows(top)}
     started = time.monotonic()
     podman_ok("stop", "--time", str(running.grace_seconds), running.name, timeout=300)

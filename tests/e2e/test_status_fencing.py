@@ -6,7 +6,6 @@ status.writer), so B's status stands."""
 
 import json
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from spotpool_operator.kube import KubeCluster
 from spotpool_operator.shards import ShardLeases
 from spotpool_operator.status_write import Fence, StaleWrite
 
+from spotpool.localworld.emulator import wait_until
 from spotpool.localworld.kube import Kube
 from spotpool.localworld.operator import pool_manifest
 from spotpool.localworld.slow_proxy import StallProxy
@@ -23,13 +23,6 @@ from tests.e2e._support.leases import Running, coordination_api
 
 pytestmark = pytest.mark.e2e
 D = 6.0
-
-
-def _wait(probe: Any, what: str, timeout: float) -> None:
-    ends = time.monotonic() + timeout
-    while not probe():
-        assert time.monotonic() < ends, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def _stored(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
@@ -50,7 +43,7 @@ def test_a_stalled_replicas_late_status_write_is_refused_after_a_takeover(
     a = Running(ShardLeases(coordination_api(proxied), namespace, "sf", 1, D, hostname="pod-a"))
     b: Running | None = None
     try:
-        _wait(lambda: a.replica.serves(uid), "A to hold the shard", 30)
+        wait_until(lambda: a.replica.serves(uid), "A to hold the shard", 30)
         mine = a.replica.writer(uid)
         serving_a = lambda: a.replica.serves(uid)  # noqa: E731
         reads: list[str] = []
@@ -86,7 +79,7 @@ def test_a_stalled_replicas_late_status_write_is_refused_after_a_takeover(
         writer = threading.Thread(target=write_late, daemon=True)
         writer.start()
         b_replica = b.replica
-        _wait(lambda: b_replica.serves(uid), "B to take the shard over", 4 * D)
+        wait_until(lambda: b_replica.serves(uid), "B to take the shard over", 4 * D)
         theirs = b.replica.writer(uid)
         assert theirs["token"] > mine["token"] and theirs["leaseUid"] == mine["leaseUid"]
         # B's first write expects no writer (its memory of the pool predates A's): the test

@@ -5,10 +5,10 @@ operator run as its pod with the install's service account; the pinned helm as a
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
+from spotpool.localworld.emulator import wait_until
 from spotpool.localworld.kube import Kube
 from tests._support.tools import require_tool
 from tests.e2e import installs, pod
@@ -84,17 +84,6 @@ def nothing_more(kube: Kube, account: str, namespace: str, scan: set[tuple[str, 
         assert not installs.can(kube, account, verb, resource), (verb, resource)
 
 
-def wait_for(what: str, check: Any, timeout: float = 180) -> Any:
-    """`check()` once it is truthy; a failure after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def pool_gpu(kube: Kube, namespace: str) -> dict[str, Any] | None:
     """The pool `gpu` of `namespace`, or None when there is none."""
     result = kube.run("-n", namespace, "get", POOLS, "gpu", "-o", "json")
@@ -138,10 +127,10 @@ def operator_serves_only_team_a(
     pod.write_passphrase(env, passphrase)
     log = directory / "operator.log"
     with pod.operator(env, log):
-        ready = wait_for(
-            "the pool to converge",
+        ready = wait_until(
             lambda: (pool_gpu(kube, "team-a") or {}).get("status", {}).get("readyReplicas"),
-        )
+            "the pool to converge", 180, every=1,
+        )  # fmt: skip
         assert ready == 1, log.read_text(errors="replace")[-3000:]
         pool = pool_gpu(kube, "team-a")
         assert pool is not None
@@ -150,7 +139,7 @@ def operator_serves_only_team_a(
         assert list(Path(env["PULUMI_HOME"], "plugins").glob("resource-tencentcloud-*"))
 
         kube.ok("-n", "team-a", "delete", POOLS, "gpu", "--wait=false")
-        wait_for("the pool's stack destroyed", lambda: pool_gpu(kube, "team-a") is None)
+        wait_until(lambda: pool_gpu(kube, "team-a") is None, "the pool's stack destroyed", 180)
     other = pool_gpu(kube, "other")
     assert other is not None
     assert "status" not in other and not other["metadata"].get("finalizers")
