@@ -51,10 +51,12 @@ lint: venv
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-# Three workers on two cores (the e2e tests wait on operators half the time), a test file to a
-# worker (module fixtures stay whole): 15 min here, against 22 with two and 40 serial.
+# One worker a core and one more (the e2e tests wait on operators half the time), a test file
+# to a worker (module fixtures stay whole): on this 2-core machine 3 workers took 15 min,
+# against 22 with one a core and 40 serial. PYTEST_WORKERS=N to choose.
+PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: test-tools lint image
-	$(VENV)/bin/pytest -n 3 --dist loadfile
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 demo: demo-tools
 	$(SPOTPOOL) demo

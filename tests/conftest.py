@@ -40,7 +40,7 @@ def pulumi_event_loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 
 # The longest modules first (their seconds in a parallel run, 2026-11-26), then every other e2e
-# module, the engine's and emulator's, and the unit tests last: `make test` runs on both cores
+# module, the engine's and emulator's, and the unit tests last: `make test` runs on every core
 # (pytest-xdist hands each worker whole modules, and a worker keeps the next one queued), so a
 # long module handed out late would run alone at the end.
 LONGEST_FIRST = (
@@ -91,5 +91,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "every test module names exactly one tier: add `pytestmark = pytest.mark.unit` "
             f"(or integration, e2e; see pyproject's markers) to {', '.join(wrong)}"
         )
-    # stable: a module's tests keep the order pytest-randomly gave them
-    items.sort(key=_order)
+    # pytest-randomly shuffled the modules and each module's tests. An e2e module is one world
+    # whose tests are a story in steps (a pool made, then moved, then deleted): its tests run
+    # in the file's order; every other module's keep the shuffled order (the sort is stable).
+    first: dict[Path, int] = {}
+    for index, item in enumerate(items):
+        first.setdefault(item.path, index)
+
+    def key(item: pytest.Item) -> tuple[int, int, int, int]:
+        story = (item.location[1] or 0) if "e2e" in item.path.parts else 0
+        return (*_order(item), first[item.path], story)
+
+    items.sort(key=key)
