@@ -357,7 +357,6 @@ def _agent_run(tmp_path: Path, command: str, timeout: float) -> list[tuple[str, 
 def test_the_agent_runs_the_command_and_reports_its_exit_and_duration(tmp_path: Path) -> None:
     marker = tmp_path / "marker"
     command = f'sleep 0.5; echo "$SPOTPOOL_INSTANCE_ID $SPOTPOOL_NOTICE_TOKEN" > "{marker}"'
-    started = time.monotonic()
     reports = _agent_run(tmp_path, command, 30)
     assert marker.read_text() == "ins-abc \n"  # its instance, never the token
     assert [path for path, _ in reports] == [notices.REPORT_PATH, notices.CHECKPOINT_PATH]
@@ -365,7 +364,7 @@ def test_the_agent_runs_the_command_and_reports_its_exit_and_duration(tmp_path: 
     assert (result.slot, result.instance_id, result.exit_code, result.timed_out) == (
         2, "ins-abc", 0, False
     )  # fmt: skip
-    assert 0.5 <= result.seconds <= time.monotonic() - started
+    assert result.seconds >= 0.5  # the command's own half second, at least
 
     reports = _agent_run(tmp_path, "exit 3", 30)
     assert notices.CheckpointReport.model_validate(reports[1][1]).exit_code == 3
