@@ -9,6 +9,7 @@ import pytest
 
 from spotpool.localworld.kube import Kube
 from tests._support.buckets import most_over_bucket
+from tests.e2e._support.pool_views import cloud_view, instances
 from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, pool_manifest
 
@@ -39,19 +40,6 @@ def stock(world: OperatorWorld, zone: str, available: int | None, kind: str = TY
     world.emulator.admin_ok(
         "POST", "/_emulator/capacity", {"Zone": zone, "InstanceType": kind, "Available": available}
     )
-
-
-def instances(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {str(i["instanceId"]): i for i in status.get("instances") or []}
-
-
-def cloud_view(world: OperatorWorld, uid: str) -> dict[str, dict[str, Any]]:
-    """Every instance the pool ever had in the emulator, gone ones included."""
-    return {
-        i["InstanceId"]: i
-        for i in world.emulator.all_instances()
-        if {"Key": "spotpool-pool-uid", "Value": uid} in (i.get("Tags") or [])
-    }
 
 
 def test_a_zone_sold_out_mid_run_moves_replacements_to_the_other_zone(

@@ -13,14 +13,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 
-from spotpool.engine import cloud
-from spotpool.engine.credentials import Credentials
 from spotpool.localworld.kube import Kube
-from tests.e2e._support.operator_runs import INSTALL_LEASE
+from tests.e2e._support.operator_runs import INSTALL_LEASE, launch_tagged
 from tests.e2e.conftest import operator_world
-from tests.emulator.harness import spot_request
 from tests.operator.world import OperatorWorld, pool_manifest
 
 pytestmark = pytest.mark.e2e
@@ -36,18 +32,7 @@ def world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Oper
 
 def _launch(world: OperatorWorld, ns: str, name: str, uid: str, install: str | None) -> str:
     """What a late RunInstances for the pool lands as: an instance tagged for its slot 0."""
-    tags = {"spotpool-pool-uid": uid, "spotpool-pool": f"{ns}/{name}", "spotpool-slot": "0"}
-    if install is not None:
-        tags["spotpool-install"] = install
-    keys = Credentials(
-        secret_id=SecretStr(world.emulator.secret_id),
-        secret_key=SecretStr(world.emulator.secret_key),
-    )
-    client = cloud.cvm(keys, "ap-singapore", world.emulator.endpoint)
-    request = spot_request(count=1, zone="ap-singapore-2", instance_type="GN7.2XLARGE32",
-                           tags=tags, ImageId="img-eb30mz89")  # fmt: skip
-    (made,) = [str(i) for i in client.RunInstances(request).InstanceIdSet]
-    return made
+    return launch_tagged(world, ns, name, uid, 0, install)[1]
 
 
 def _passes(world: OperatorWorld) -> int:

@@ -33,6 +33,7 @@ from tencentcloud.cvm.v20170312 import models
 from spotpool.api import notices
 from spotpool.engine import cloud
 from spotpool.engine.credentials import Credentials
+from tests.e2e._support.pool_views import by_slot
 from tests.operator.world import OperatorWorld, pool_manifest
 
 pytestmark = pytest.mark.e2e
@@ -108,17 +109,13 @@ def _notice_results(world: OperatorWorld) -> dict[str, float]:
     }
 
 
-def _by_slot(status: dict[str, Any]) -> dict[int, str]:
-    return {int(i["slot"]): str(i["instanceId"]) for i in status.get("instances") or []}
-
-
 def test_report_times_are_bounded_and_a_surge_lives_at_most_its_cap(
     notice_world: OperatorWorld,
 ) -> None:
     ns = notice_world.namespace()
     notice_world.apply(ns, pool_manifest("gpu", replicas=2, refreshInterval="10s"))
     pool = notice_world.wait_ready(ns, "gpu", 2)
-    uid, first = pool["metadata"]["uid"], _by_slot(pool["status"])
+    uid, first = pool["metadata"]["uid"], by_slot(pool["status"])
     slot0 = _agent_settings(notice_world, first[0])
     now = datetime.now(UTC)
 
@@ -161,7 +158,7 @@ def test_report_times_are_bounded_and_a_surge_lives_at_most_its_cap(
     assert lived < MAX_LIFE + 90, lived
     print(f"surge retired {lived:.1f} s after its report was accepted (cap {MAX_LIFE:.0f} s)")
     status = notice_world.status(ns, "gpu")
-    assert _by_slot(status) == first  # the slots' own instances were never touched
+    assert by_slot(status) == first  # the slots' own instances were never touched
     assert sorted(notice_world.cloud(uid)) == sorted(first.values())
     assert "NoticeUnfulfilled" in notice_world.reasons(ns, "gpu")
     assert status["notices"]["accepted"] == []
@@ -183,13 +180,13 @@ def test_an_old_instances_token_is_refused_and_floods_are_capped(
     ns = notice_world.namespace()
     notice_world.apply(ns, pool_manifest("gpu", replicas=1, refreshInterval="60s"))
     pool = notice_world.wait_ready(ns, "gpu", 1)
-    old_id = _by_slot(pool["status"])[0]
+    old_id = by_slot(pool["status"])[0]
     old = _agent_settings(notice_world, old_id)  # read while it lived, by anyone with read access
     notice_world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [old_id]})
 
     def replaced() -> str | None:
         status = notice_world.status(ns, "gpu")
-        now = _by_slot(status).get(0)
+        now = by_slot(status).get(0)
         return now if now not in (None, old_id) and status.get("readyReplicas") == 1 else None
 
     new_id = notice_world.wait_until(replaced, "the reclaimed slot's new instance", timeout=120)

@@ -10,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from spotpool.localworld.agents import NoticeAgents
+from tests.e2e._support.pool_views import by_slot
 from tests.operator.world import OperatorWorld, pool_manifest
 
 pytestmark = pytest.mark.e2e
@@ -35,10 +36,6 @@ def _samples(text: str) -> dict[tuple[str, str], float]:
     }
 
 
-def _by_slot(status: dict[str, Any]) -> dict[int, str]:
-    return {int(i["slot"]): str(i["instanceId"]) for i in status.get("instances") or []}
-
-
 def test_a_notice_replaces_the_instance_before_the_cloud_takes_it(
     notice_world: OperatorWorld,
 ) -> None:
@@ -46,7 +43,7 @@ def test_a_notice_replaces_the_instance_before_the_cloud_takes_it(
     notice_world.apply(ns, pool_manifest("gpu", replicas=2, refreshInterval="60s"))
     pool = notice_world.wait_ready(ns, "gpu", 2)
     uid = pool["metadata"]["uid"]
-    first = _by_slot(pool["status"])
+    first = by_slot(pool["status"])
     agents = NoticeAgents(notice_world.emulator, "ap-singapore", notice_world.directory / "agents")
     try:
         assert sorted(agents.boot(uid)) == sorted(first.values())  # user data installs them
@@ -68,7 +65,7 @@ def test_a_notice_replaces_the_instance_before_the_cloud_takes_it(
         def promoted() -> dict[str, Any] | None:
             status = notice_world.status(ns, "gpu")
             done = (
-                _by_slot(status) == {slot: surge["instanceId"], 1: first[1]}
+                by_slot(status) == {slot: surge["instanceId"], 1: first[1]}
                 and not status.get("surges")
                 and status.get("readyReplicas") == 2
             )
@@ -97,7 +94,7 @@ def test_a_notice_replaces_the_instance_before_the_cloud_takes_it(
     assert old["GoneReason"] == "reclaimed"
     assert old["Gone"] or old["InstanceState"] == "TERMINATING"
     # The pool ends at its size, with nothing leaked and nothing made twice.
-    assert sorted(notice_world.cloud(uid)) == sorted(_by_slot(status).values())
+    assert sorted(notice_world.cloud(uid)) == sorted(by_slot(status).values())
     assert len(cloud) == 3
     reasons = notice_world.reasons(ns, "gpu")
     assert {"TerminationNotice", "Surging", "Reclaimed"} <= set(reasons)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from spotpool.localworld.kube import Kube
+from tests.e2e._support.pool_views import cloud_view, instances
 from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, pool_manifest
 
@@ -30,19 +31,6 @@ def set_price(world: OperatorWorld, zone: str, price: float, kind: str = TYPE) -
         "POST", "/_emulator/prices", {"Zone": zone, "InstanceType": kind, "Price": price}
     )
     return list(reply["Reclaimed"])
-
-
-def instances(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {str(i["instanceId"]): i for i in status.get("instances") or []}
-
-
-def cloud_view(world: OperatorWorld, uid: str) -> dict[str, dict[str, Any]]:
-    """Every instance the pool ever had in the emulator, gone ones included."""
-    return {
-        i["InstanceId"]: i
-        for i in world.emulator.all_instances()
-        if {"Key": "spotpool-pool-uid", "Value": uid} in (i.get("Tags") or [])
-    }
 
 
 def test_a_pool_goes_to_the_cheapest_zone_and_moves_when_it_passes_the_max_price(

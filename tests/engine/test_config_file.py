@@ -13,11 +13,7 @@ from pulumi import automation as auto
 
 from spotpool.engine import config_crypt, config_file
 from spotpool.toolchain.paths import bin_dir
-from tests.engine._support.fast_launch import (
-    PASSWORD,
-    pool_stack,
-    storm_config,
-)
+from tests.engine._support.fast_launch import PASSWORD, pool_stack, storm_config
 from tests.engine.conftest import EngineWorld, count_cli_runs
 
 pytestmark = pytest.mark.integration

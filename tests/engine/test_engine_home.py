@@ -6,11 +6,7 @@ from pathlib import Path
 import pytest
 
 from spotpool.toolchain.paths import pulumi_home
-from tests.engine._support.fast_launch import (
-    PASSWORD,
-    pool_stack,
-    storm_config,
-)
+from tests.engine._support.fast_launch import PASSWORD, pool_stack, storm_config
 from tests.engine.conftest import EngineWorld
 
 pytestmark = pytest.mark.integration

@@ -6,12 +6,7 @@ import pytest
 
 from spotpool.engine import fast_launch, launch_intents
 from spotpool.localworld.emulator import wait_until
-from tests.engine._support.fast_launch import (
-    PASSWORD,
-    pool_instances,
-    pool_stack,
-    storm_config,
-)
+from tests.engine._support.fast_launch import PASSWORD, pool_instances, pool_stack, storm_config
 from tests.engine.conftest import EngineWorld
 
 pytestmark = pytest.mark.integration

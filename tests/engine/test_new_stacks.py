@@ -6,9 +6,7 @@ import json
 
 import pytest
 
-from tests.engine._support.fast_launch import (
-    pool_stack,
-)
+from tests.engine._support.fast_launch import pool_stack
 from tests.engine.conftest import EngineWorld, count_cli_runs
 
 pytestmark = pytest.mark.integration

@@ -84,8 +84,17 @@ def tagged_instance(
 ) -> tuple[Any, str]:
     """An instance of this install tagged for the pool's `slot` that its stack does not hold
     (another writer's, or a killed run's create): the client that made it, and its id."""
-    tags = {"spotpool-pool-uid": uid, "spotpool-pool": f"{ns}/{name}",
-            "spotpool-slot": str(slot), "spotpool-install": f"default.{INSTALL_LEASE}"}  # fmt: skip
+    return launch_tagged(world, ns, name, uid, slot, f"default.{INSTALL_LEASE}")
+
+
+def launch_tagged(
+    world: OperatorWorld, ns: str, name: str, uid: str, slot: int, install: str | None
+) -> tuple[Any, str]:
+    """What a late RunInstances for the pool's `slot` lands as (tagged for `install`, or for
+    no install as before installs had a tag): the client that made it, and its id."""
+    tags = {"spotpool-pool-uid": uid, "spotpool-pool": f"{ns}/{name}", "spotpool-slot": str(slot)}
+    if install is not None:
+        tags["spotpool-install"] = install
     keys = Credentials(
         secret_id=SecretStr(world.emulator.secret_id),
         secret_key=SecretStr(world.emulator.secret_key),
