@@ -2,6 +2,7 @@
 
 import asyncio
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,16 @@ from spotpool_operator.failures import PoolProblem
 from tests.operator.fakes import World, make_world, pool_body, ref, run
 
 pytestmark = pytest.mark.unit
+
+
+async def until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Let the loop run until `condition()` holds; a failure after `timeout` seconds."""
+
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(poll(), timeout)
 
 
 def test_create_runs_up_and_writes_status(tmp_path: Path) -> None:
@@ -49,7 +60,8 @@ def test_spec_changes_during_an_up_coalesce_into_one_follow_up(tmp_path: Path) -
             asyncio.create_task(world.reconciler.converge(ref(pool_body(generation=g, replicas=g))))
             for g in (3, 4, 5)
         ]
-        await asyncio.sleep(0.05)
+        pool = world.reconciler.pool(ref(pool_body()))
+        await until(lambda: pool.requested == 4)  # every request counted while the up runs
         gate.set()
         await asyncio.gather(first, *later)
 
@@ -69,9 +81,9 @@ def test_operations_across_pools_are_bounded(tmp_path: Path) -> None:
         ]
         for _ in range(2):
             await asyncio.to_thread(world.cloud.entered.acquire)
-        await asyncio.sleep(0.1)
-        assert world.cloud.running == 2  # the other three wait for a slot
         gauges = world.metrics.registry.get_sample_value
+        await until(lambda: gauges("spotpool_operations_queued") == 3)  # counted as they queue
+        assert world.cloud.running == 2  # the other three wait for a slot
         assert gauges("spotpool_operations_in_flight") == 2
         assert gauges("spotpool_operations_queued") == 3
         gate.set()
