@@ -36,6 +36,7 @@ DOCS = [
 # Flags of other tools that the docs name in prose, and whose they are.
 OTHER_TOOLS = {
     "--show-secrets": "pulumi stack export",
+    "--randomly-seed": "pytest (pytest-randomly)",
     "--target": "pulumi up",
     "--refresh": "pulumi up",
     "--create-namespace": "helm install",
