@@ -12,8 +12,8 @@ from spotpool.api.spec import ChargeType
 from spotpool.api.stackconfig import StackConfig
 from spotpool.engine.stack import PoolStack
 from spotpool.localworld.emulator import wait_until
+from tests.engine._support.fast_launch import pool_instances, preview_expecting_no_changes
 from tests.engine.conftest import EngineWorld
-from tests.engine.test_fast_launch import _pool_instances, _preview_expecting_no_changes
 
 pytestmark = pytest.mark.integration
 TYPE, Z2, Z3 = "GN7.2XLARGE32", "ap-singapore-2", "ap-singapore-3"
@@ -42,7 +42,7 @@ def test_a_targeted_replacement_keeps_another_slots_fallback(
     config = world.config(stack, 2)
     ids = _placed(world, config, stack)
     world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [ids[0]]})
-    wait_until(lambda: ids[0] not in _pool_instances(world, stack), "the reclaim", timeout=30)
+    wait_until(lambda: ids[0] not in pool_instances(world, stack), "the reclaim", timeout=30)
     world.emulator.admin_ok(
         "POST", "/_emulator/capacity", {"Zone": Z2, "InstanceType": TYPE, "Available": 5}
     )
@@ -54,7 +54,7 @@ def test_a_targeted_replacement_keeps_another_slots_fallback(
 
     assert {i.slot: i.instance_id for i in again.instances}[1] == ids[1]
     assert (again.changes.create, again.changes.replace, again.changes.delete) == (0, 0, 0)
-    _preview_expecting_no_changes(world, stack, tmp_path)
+    preview_expecting_no_changes(world, stack, tmp_path)
 
 
 def test_a_surge_started_and_retired_keeps_another_slots_fallback(
@@ -75,4 +75,4 @@ def test_a_surge_started_and_retired_keeps_another_slots_fallback(
         0: (ids[0], Z2), 1: (ids[1], Z3)
     }  # fmt: skip
     assert (again.changes.create, again.changes.replace, again.changes.delete) == (0, 0, 0)
-    _preview_expecting_no_changes(world, stack, tmp_path)
+    preview_expecting_no_changes(world, stack, tmp_path)
