@@ -1,10 +1,10 @@
 """The e2e worlds, each written once: the session's kube-apiserver (with etcd) with the
 Spotpool CRD installed (`kube`); a cluster of a module's own for the install tests
-(`private_cluster`); one operator on an emulator
-(`operator_world`), with its termination-notice port open (`notice_world`); operator replicas
-sharing one backend (`replicas`); a Lease namespace with a stallable API-server proxy
-(`lease_world`). Modules set a world's options by overriding `notice_options` or
-`replica_options`."""
+(`private_cluster`); one operator on an emulator (`operator_world`), with its
+termination-notice port open (`notice_world`); operator replicas sharing one backend
+(`replicas`); a Lease namespace with a stallable API-server proxy (`lease_world`). The S3
+server is tests/conftest.py's `s3_server`. Modules set a world's options by overriding
+`notice_options` or `replica_options`."""
 
 import uuid
 from collections.abc import Iterator
