@@ -31,7 +31,9 @@ def _call(address: str, token: str, verb: str, body: dict[str, str]) -> dict[str
         headers={"X-Vault-Token": token},
         method="PUT",
     )
-    with urllib.request.urlopen(request, timeout=5) as reply:
+    # A deadlock breaker, not a time bound: the first call derives the key (PBKDF2), slow on
+    # a loaded machine.
+    with urllib.request.urlopen(request, timeout=60) as reply:
         data: dict[str, str] = json.load(reply)["data"]
         return data
 
