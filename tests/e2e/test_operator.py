@@ -92,7 +92,8 @@ def test_a_reclaim_is_found_and_replaced(world: OperatorWorld) -> None:
     events = world.events(ns, "reclaimed")
     reclaimed = [m for _, r, m in events if r == "Reclaimed"]
     assert reclaimed and victim in reclaimed[0]
-    assert any(r == "Replaced" for _, r, _ in events)
+    # Posted once the up is over, after the status that shows it: waited for, not assumed.
+    world.wait_until(lambda: "Replaced" in world.reasons(ns, "reclaimed"), "Replaced", 60)
     reclaims = r'spotpool_reclaims_total\{[^}]*pool="reclaimed",zone="ap-singapore-2"[^}]*\} 1\.0'
     assert re.search(reclaims, world.metrics())
 
