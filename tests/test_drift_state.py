@@ -3,11 +3,15 @@ stack program sets, from the state alone."""
 
 from typing import Any
 
+import pytest
+
 from spotpool.api.notices import NONCE_TAG
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.engine.drift import drift_in
 from spotpool.engine.stack_state import SLOT_TYPE
 from spotpool.localworld.engine import pool_spec
+
+pytestmark = pytest.mark.unit
 
 POOL = PoolIdentity(namespace="team-a", name="gpu", uid="uid-1")
 CONFIG = StackConfig.from_spec(POOL, pool_spec(2, securityGroupIds=["sg-1", "sg-2"]))

@@ -2,10 +2,14 @@
 
 import json
 
+import pytest
+
 from spotpool.api.drift import FieldDrift, InstanceDrift
 from spotpool.api.status import Changes
 from spotpool.preview import report
 from spotpool.preview.run import PoolPreview
+
+pytestmark = pytest.mark.unit
 
 DRIFT = InstanceDrift(
     slot=1,

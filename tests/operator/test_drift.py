@@ -3,8 +3,12 @@
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from spotpool.api.drift import FieldDrift, InstanceDrift
 from tests.operator.fakes import World, make_world, pool_body, ref, run
+
+pytestmark = pytest.mark.unit
 
 STACK = "team-a.gpu"
 
