@@ -12,7 +12,9 @@ from spotpool.api.spec import SpotpoolSpec
 from spotpool.engine import sts
 from spotpool.engine.credentials import Credentials
 from spotpool.engine.identities import CredentialCache
-from tests.test_spec import article_spec
+from tests._support.specs import article_spec
+
+pytestmark = pytest.mark.unit
 
 ROLE = "qcs::cam::uin/100000000002:roleName/spotpool-launcher"
 

@@ -11,6 +11,8 @@ from spotpool.emulator.server import Emulator
 from spotpool.emulator.store import CloudStore
 from spotpool.emulator.world import Settings, World
 
+pytestmark = pytest.mark.unit
+
 BUSY, CALM, KIND = "ap-guangzhou-3", "ap-guangzhou-4", "GN7.2XLARGE32"
 
 

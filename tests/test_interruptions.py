@@ -16,6 +16,8 @@ from spotpool.api.placement import Avoided, Key, Offering, Slot, Wants, candidat
 from spotpool.api.placement_report import report
 from spotpool.api.spec import ChargeType, PlacementStrategy, SpotpoolSpec
 
+pytestmark = pytest.mark.unit
+
 SPOT = ChargeType.SPOTPAID
 HOUR = 3600.0
 A_ZONE, B_ZONE, KIND = "ap-x-1", "ap-x-2", "GN7.2XLARGE32"

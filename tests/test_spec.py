@@ -3,22 +3,16 @@
 from pathlib import Path
 
 import pytest
-import yaml
 from pydantic import ValidationError
 
 from spotpool.api.crd import CRD_PATH, render_yaml
 from spotpool.api.spec import SpotpoolSpec, parse_duration
+from tests._support.specs import article_spec
 
 pytestmark = pytest.mark.unit
 
 SAMPLE = Path(__file__).parents[1] / "examples" / "article-sample.yaml"
 ROOT = Path(__file__).parents[1]
-
-
-def article_spec(**changes: object) -> dict[str, object]:
-    spec: dict[str, object] = yaml.safe_load(SAMPLE.read_text())["spec"]
-    spec.update(changes)
-    return {k: v for k, v in spec.items() if v is not None}
 
 
 def test_the_articles_manifest_parses_with_its_meaning() -> None:

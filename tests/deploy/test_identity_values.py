@@ -6,6 +6,8 @@ from spotpool_deploy import chart
 
 from tests.deploy.rendered import container, env, objects, pod, refusal
 
+pytestmark = pytest.mark.unit
+
 ROLE = "qcs::cam::uin/100000000003:roleName/spotpool-operator"
 
 

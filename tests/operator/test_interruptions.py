@@ -18,6 +18,8 @@ from spotpool_operator.interruptions import (
 
 from spotpool.api.interruptions import Tally
 
+pytestmark = pytest.mark.unit
+
 HOUR = 3600.0
 KEY = ("acct", "ap-x", "ap-x-1", "GN7.2XLARGE32")
 CALM = ("acct", "ap-x", "ap-x-2", "GN7.2XLARGE32")

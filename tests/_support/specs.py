@@ -1,0 +1,14 @@
+"""Spotpool specs the unit tests start from: the article's sample (examples/), changed."""
+
+from pathlib import Path
+
+import yaml
+
+SAMPLE = Path(__file__).parents[2] / "examples" / "article-sample.yaml"
+
+
+def article_spec(**changes: object) -> dict[str, object]:
+    """The article sample's spec with `changes` (a None value removes the field)."""
+    spec: dict[str, object] = yaml.safe_load(SAMPLE.read_text())["spec"]
+    spec.update(changes)
+    return {k: v for k, v in spec.items() if v is not None}
