@@ -10,6 +10,8 @@ import pytest
 
 from spotpool.engine import checkpoint_guard
 
+pytestmark = pytest.mark.unit
+
 STACK = "team-a.gpu"
 
 

@@ -6,6 +6,8 @@ import pytest
 
 from spotpool.engine.settings import EngineSettings
 
+pytestmark = pytest.mark.unit
+
 
 def test_the_install_id_comes_from_the_operators_variable(
     monkeypatch: pytest.MonkeyPatch, tmp_path: object

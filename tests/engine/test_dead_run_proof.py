@@ -16,8 +16,8 @@ import psutil
 import pytest
 
 from tests.emulator.harness import SECRET_ID, SECRET_KEY, wait_until
+from tests.engine._support.killed_up import KILLED_UP
 from tests.engine.conftest import EngineWorld
-from tests.engine.test_engine_emulator import KILLED_UP
 
 pytestmark = pytest.mark.integration
 

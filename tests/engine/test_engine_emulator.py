@@ -21,6 +21,7 @@ from spotpool.engine.settings import EngineSettings
 from spotpool.engine.stack import EngineError, OperationTimeout, PoolStack
 from tests.conftest import require_tool
 from tests.emulator.harness import SECRET_ID, SECRET_KEY, run_spot, start_emulator, wait_until
+from tests.engine._support.killed_up import KILLED_UP
 from tests.engine.conftest import REGION, EngineWorld
 
 pytestmark = pytest.mark.integration
@@ -120,24 +121,6 @@ def test_credentials_never_reach_config_or_state(world: EngineWorld) -> None:
     assert json.loads(exported)["deployment"]["resources"]
     assert "hf-user-data-token" not in " ".join(world.progress)
     assert stack.applied_config() == config.redacted()  # a restart compares fingerprints
-
-
-KILLED_UP = """
-import sys, uuid
-from pydantic import SecretStr
-from spotpool.api.stackconfig import PoolIdentity
-from spotpool.engine.credentials import Credentials
-from spotpool.engine.settings import EngineSettings
-from spotpool.engine.stack import PoolStack
-from tests.engine.conftest import REGION, pool_spec
-from spotpool.api.stackconfig import StackConfig
-
-settings = EngineSettings.model_validate_json(sys.argv[1])
-identity = PoolIdentity.model_validate_json(sys.argv[2])
-creds = Credentials(secret_id=SecretStr(sys.argv[3]), secret_key=SecretStr(sys.argv[4]))
-stack = PoolStack(identity, settings, creds, REGION, lambda line: print(line, flush=True))
-stack.up(StackConfig.from_spec(identity, pool_spec(4)))
-"""
 
 
 def test_killed_up_is_recovered_without_leaks_or_stuck_lock(world: EngineWorld) -> None:

@@ -15,6 +15,8 @@ from spotpool_operator.shards import ShardLeases
 from spotpool.engine.ownership import LockOwner, Writer, decide_lock
 from tests.operator.lease_fakes import FakeClock, FakeLeases, Stalling
 
+pytestmark = pytest.mark.unit
+
 SHARDS, D = 4, 30.0
 
 
