@@ -50,6 +50,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports  # the layers (pyproject.toml [tool.importlinter], docs/architecture.md)
 
 # One worker a core and one more (the e2e tests wait on operators half the time), a test file
 # to a worker (module fixtures stay whole): on this 2-core machine 3 workers took 15 min,
