@@ -26,9 +26,9 @@ from pydantic import SecretStr  # noqa: E402
 
 from spotpool.api.spec import SpotpoolSpec  # noqa: E402
 from spotpool.api.stackconfig import PoolIdentity, StackConfig  # noqa: E402
-from spotpool.engine.credentials import Credentials  # noqa: E402
-from spotpool.engine.settings import EngineSettings  # noqa: E402
-from spotpool.engine.stack import PoolStack  # noqa: E402
+from spotpool.engine.basics.settings import EngineSettings  # noqa: E402
+from spotpool.engine.stacks.stack import PoolStack  # noqa: E402
+from spotpool.engine.tencent.credentials import Credentials  # noqa: E402
 from spotpool.localworld.emulator import SECRET_ID, SECRET_KEY, start_emulator  # noqa: E402
 
 SPEC = {

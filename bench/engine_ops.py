@@ -37,10 +37,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from spotpool.api.stackconfig import PoolIdentity, StackConfig  # noqa: E402
-from spotpool.engine.credentials import Credentials  # noqa: E402
-from spotpool.engine.errors import InstancesRemain  # noqa: E402
-from spotpool.engine.settings import EngineSettings  # noqa: E402
-from spotpool.engine.stack import PoolStack  # noqa: E402
+from spotpool.engine.basics.errors import InstancesRemain  # noqa: E402
+from spotpool.engine.basics.settings import EngineSettings  # noqa: E402
+from spotpool.engine.stacks.stack import PoolStack  # noqa: E402
+from spotpool.engine.tencent.credentials import Credentials  # noqa: E402
 from spotpool.localworld.emulator import (  # noqa: E402
     SECRET_ID,
     SECRET_KEY,

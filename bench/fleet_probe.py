@@ -44,8 +44,8 @@ sys.path.insert(0, str(ROOT))
 from pydantic import SecretStr  # noqa: E402
 
 from spotpool.api.stackconfig import TAG_POOL, TAG_POOL_UID  # noqa: E402
-from spotpool.engine import cloud  # noqa: E402
-from spotpool.engine.credentials import Credentials  # noqa: E402
+from spotpool.engine.tencent import cloud  # noqa: E402
+from spotpool.engine.tencent.credentials import Credentials  # noqa: E402
 from spotpool.localworld.emulator import SECRET_ID, SECRET_KEY  # noqa: E402
 from spotpool.localworld.operator import OperatorWorld, local_world, pool_manifest  # noqa: E402
 

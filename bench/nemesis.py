@@ -54,8 +54,8 @@ sys.path.insert(0, str(ROOT))
 
 from spotpool.api.stackconfig import PROJECT, TAG_POOL_UID, TAG_SLOT  # noqa: E402
 from spotpool.cluster import s3  # noqa: E402
-from spotpool.engine.backend_files import ROOT as STATE  # noqa: E402
-from spotpool.engine.backend_files import (  # noqa: E402
+from spotpool.engine.state.backend_files import ROOT as STATE  # noqa: E402
+from spotpool.engine.state.backend_files import (  # noqa: E402
     BackendFiles,
     latest_deployment,
     open_backend,

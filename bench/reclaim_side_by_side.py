@@ -37,8 +37,8 @@ from pydantic import SecretStr  # noqa: E402
 from tencentcloud.cvm.v20170312 import models  # noqa: E402
 
 from bench.plots import latency_cdf, percentile  # noqa: E402
-from spotpool.engine import cloud  # noqa: E402
-from spotpool.engine.credentials import Credentials  # noqa: E402
+from spotpool.engine.tencent import cloud  # noqa: E402
+from spotpool.engine.tencent.credentials import Credentials  # noqa: E402
 from spotpool.localworld.agents import NoticeAgents  # noqa: E402
 from spotpool.localworld.emulator import (  # noqa: E402
     SECRET_ID,

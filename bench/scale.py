@@ -233,7 +233,7 @@ def failover(
     base: OperatorWorld, worlds: list[OperatorWorld], watch: PoolWatch, wanted: dict[str, int],
     args: argparse.Namespace,
 ) -> dict[str, Any]:  # fmt: skip
-    from spotpool_operator.sharding import shard_of
+    from spotpool_operator.replicas.sharding import shard_of
 
     victim = max(worlds, key=lambda w: len(_held(w)))
     theirs = _held(victim)

@@ -28,8 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 
-from spotpool_operator.sharding import shard_of
-from spotpool_operator.shards import ShardLeases
+from spotpool_operator.replicas.sharding import shard_of
+from spotpool_operator.replicas.shards import ShardLeases
 
 from tests.operator.lease_fakes import FakeClock, FakeLeases, Stalling
 

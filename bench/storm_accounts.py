@@ -9,9 +9,9 @@ from pydantic import SecretStr
 
 from bench.fleet_probe import TEMPLATE, Seeder
 from spotpool.api.identity import AssumeRole
-from spotpool.engine import cloud
-from spotpool.engine.credentials import Credentials
-from spotpool.engine.identities import CREDENTIALS
+from spotpool.engine.tencent import cloud
+from spotpool.engine.tencent.credentials import Credentials
+from spotpool.engine.tencent.identities import CREDENTIALS
 from spotpool.localworld.emulator import SECRET_ID, SECRET_KEY, EmulatorProcess
 from spotpool.localworld.operator import OperatorWorld
 

@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from spotpool.engine import run_fence
-from spotpool.engine.api_proxy import FENCED_CODE, ApiProxy, run_token
-from spotpool.engine.ratelimit import Buckets, RateLimits
+from spotpool.engine.fencing import run_fence
+from spotpool.engine.tencent.api_proxy import FENCED_CODE, ApiProxy, run_token
+from spotpool.engine.tencent.ratelimit import Buckets, RateLimits
 
 pytestmark = pytest.mark.unit
 
@@ -160,7 +160,7 @@ def test_run_tokens_are_read_from_basic_proxy_authorization() -> None:
 def test_only_fenced_runs_are_admitted_through_the_proxies(
     proxy: ApiProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("spotpool.engine.api_proxy._proxies", {"x": proxy})
+    monkeypatch.setattr("spotpool.engine.tencent.api_proxy._proxies", {"x": proxy})
     env = {"HTTP_PROXY": proxy.url, "http_proxy": proxy.url}
     with run_fence.admitted(env, str(tmp_path), None) as unfenced:
         assert unfenced == env

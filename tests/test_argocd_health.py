@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from spotpool_operator.failures import PoolProblem
+from spotpool_operator.basics.failures import PoolProblem
 
 from tests._support.argocd import SCRIPT, health
 from tests.operator.fakes import World, make_world, pool_body, ref, run

@@ -5,7 +5,7 @@ URL asks for the path style (a local S3 server) or the endpoint is an IP address
 
 import pytest
 
-from spotpool.engine.backend_files import S3Backend, open_backend
+from spotpool.engine.state.backend_files import S3Backend, open_backend
 
 pytestmark = pytest.mark.unit
 

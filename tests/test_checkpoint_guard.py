@@ -1,4 +1,4 @@
-"""The undo of a late checkpoint save (engine/checkpoint_guard.py), on a file backend's files:
+"""The undo of a late checkpoint save (engine/state/checkpoint_guard.py), on a file backend's files:
 only after this writer broke a possibly live lock, only over what its own operation left, and
 never once the shard moved on."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from spotpool.engine import checkpoint_guard
+from spotpool.engine.state import checkpoint_guard
 
 pytestmark = pytest.mark.unit
 

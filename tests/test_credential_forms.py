@@ -9,9 +9,9 @@ from pydantic import SecretStr, ValidationError
 
 from spotpool.api.identity import AssumeRole, role_account
 from spotpool.api.spec import SpotpoolSpec
-from spotpool.engine import sts
-from spotpool.engine.credentials import Credentials
-from spotpool.engine.identities import CredentialCache
+from spotpool.engine.tencent import sts
+from spotpool.engine.tencent.credentials import Credentials
+from spotpool.engine.tencent.identities import CredentialCache
 from tests._support.specs import article_spec
 
 pytestmark = pytest.mark.unit
@@ -163,7 +163,7 @@ def test_permanent_keys_stay_as_they_are() -> None:
 
 def test_a_call_re_signed_with_the_live_keys_verifies_as_theirs() -> None:
     from spotpool.emulator.signature import SignedRequest, verify
-    from spotpool.engine import tc3
+    from spotpool.engine.tencent import tc3
 
     body = b'{"Limit": 100}'
     headers = {

@@ -5,7 +5,7 @@ import pytest
 from pydantic import ValidationError
 
 from spotpool.api.spec import Disruption
-from spotpool.engine.disruption import (
+from spotpool.engine.stacks.disruption import (
     Batch,
     batch_count,
     parse_do_not_disrupt,

@@ -1,4 +1,4 @@
-"""Drift found in a stack's state (engine/drift.py): what the refresh read against what the
+"""Drift found in a stack's state (engine/state/drift.py): what the refresh read against what the
 stack program sets, from the state alone."""
 
 from typing import Any
@@ -7,8 +7,8 @@ import pytest
 
 from spotpool.api.notices import NONCE_TAG
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
-from spotpool.engine.drift import drift_in
-from spotpool.engine.stack_state import SLOT_TYPE
+from spotpool.engine.state.drift import drift_in
+from spotpool.engine.state.stack_state import SLOT_TYPE
 from spotpool.localworld.engine import pool_spec
 
 pytestmark = pytest.mark.unit

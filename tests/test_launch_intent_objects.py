@@ -11,11 +11,11 @@ from pydantic import SecretStr
 
 from spotpool.api.spec import ChargeType
 from spotpool.api.stackconfig import PoolIdentity
-from spotpool.engine import launch_intents
-from spotpool.engine.credentials import Credentials
-from spotpool.engine.launch_intents import LaunchIntent, SlotLaunch
-from spotpool.engine.settings import EngineSettings
-from spotpool.engine.stack import PoolStack
+from spotpool.engine.basics.settings import EngineSettings
+from spotpool.engine.launches import launch_intents
+from spotpool.engine.launches.launch_intents import LaunchIntent, SlotLaunch
+from spotpool.engine.stacks.stack import PoolStack
+from spotpool.engine.tencent.credentials import Credentials
 
 pytestmark = pytest.mark.unit
 

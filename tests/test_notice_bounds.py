@@ -14,15 +14,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from spotpool_operator import status as render
-from spotpool_operator.failures import PoolProblem
-from spotpool_operator.notice_server import NoticeLimits, NoticeServer
-from spotpool_operator.pools import PoolState
+from spotpool_operator.basics.failures import PoolProblem
+from spotpool_operator.basics.pools import PoolState
+from spotpool_operator.reporting import status as render
+from spotpool_operator.storm.notice_server import NoticeLimits, NoticeServer
 
 from spotpool.api import notices
 from spotpool.api.status import Instance, Surge
-from spotpool.engine.notice_nonces import held_nonces, plan_nonces
-from spotpool.engine.stack import EngineError
+from spotpool.engine.launches.notice_nonces import held_nonces, plan_nonces
+from spotpool.engine.stacks.stack import EngineError
 from spotpool.ports import free_port
 from tests.operator.fakes import FakeEngine, World, make_world, noticed_world, pool_body, ref, run
 

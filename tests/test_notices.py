@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 import psutil
 import pytest
 import yaml
-from spotpool_operator.failures import PoolProblem
-from spotpool_operator.metrics import NOTICE_RESULTS, Metrics
+from spotpool_operator.basics.failures import PoolProblem
+from spotpool_operator.reporting.metrics import NOTICE_RESULTS, Metrics
 
 from spotpool.api import notices
 from spotpool.api.notices import NoticeAgent, NoticeReport
@@ -429,7 +429,7 @@ def test_operator_records_the_commands_result_and_posts_an_event(tmp_path: Path)
 
 
 def test_a_surge_carries_the_instance_it_replaces_and_keeps_it_once_promoted() -> None:
-    from spotpool.engine.notice_nonces import held_nonces, plan_nonces
+    from spotpool.engine.launches.notice_nonces import held_nonces, plan_nonces
 
     def instance(key: str, tags: dict[str, str]) -> dict[str, object]:
         return {

@@ -1,4 +1,4 @@
-"""The orphan decision (engine/orphans.py): every branch."""
+"""The orphan decision (engine/leftovers/orphans.py): every branch."""
 
 from datetime import UTC, datetime, timedelta
 
@@ -6,7 +6,7 @@ import pytest
 
 from spotpool.api.spec import SpotpoolSpec
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
-from spotpool.engine.orphans import Action, Decision, Situation, Tagged, decide
+from spotpool.engine.leftovers.orphans import Action, Decision, Situation, Tagged, decide
 
 pytestmark = pytest.mark.unit
 

@@ -1,11 +1,11 @@
-"""The lock decision (engine/ownership.py): every branch."""
+"""The lock decision (engine/fencing/ownership.py): every branch."""
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spotpool.engine.ownership import InstallHosts, LockOwner, Writer, decide_lock
+from spotpool.engine.fencing.ownership import InstallHosts, LockOwner, Writer, decide_lock
 
 pytestmark = pytest.mark.unit
 
@@ -167,7 +167,7 @@ def test_shard_leases_prove_the_killed_holder_of_the_single_lease_gone() -> None
     replica of before shards (`shards: 1`, the single Lease) is killed; a replica with shards
     under another hostname takes them once that Lease expired on its own clock, and proves the
     killed one gone for a pool of any shard; a live replica's lock is kept."""
-    from spotpool_operator.shards import ShardLeases, ShardView
+    from spotpool_operator.replicas.shards import ShardLeases, ShardView
 
     from tests.operator.lease_fakes import FakeClock, FakeLeases
 

@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 
 from spotpool.api.status import Changes
 from spotpool.cli import app
-from spotpool.engine.results import changes_by_resource
+from spotpool.engine.basics.results import changes_by_resource
 from spotpool.preview import report
 from spotpool.preview.run import PoolPreview
 

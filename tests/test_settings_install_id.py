@@ -4,7 +4,7 @@ install named by its Lease showed a tag update in the preview, which no `up` mak
 
 import pytest
 
-from spotpool.engine.settings import EngineSettings
+from spotpool.engine.basics.settings import EngineSettings
 
 pytestmark = pytest.mark.unit
 

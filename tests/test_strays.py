@@ -1,11 +1,11 @@
-"""The stray decision (engine/orphans.py `decide_strays`): instances of this install whose
+"""The stray decision (engine/leftovers/orphans.py `decide_strays`): instances of this install whose
 pool no longer exists, every branch."""
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spotpool.engine.orphans import Action, Fleet, Tagged, decide_strays
+from spotpool.engine.leftovers.orphans import Action, Fleet, Tagged, decide_strays
 
 pytestmark = pytest.mark.unit
 

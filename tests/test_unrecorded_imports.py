@@ -7,7 +7,7 @@ import pytest
 
 from spotpool.api.spec import ChargeType, SpotpoolSpec
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
-from spotpool.engine.stack_state import SLOT_TYPE, carried_over
+from spotpool.engine.state.stack_state import SLOT_TYPE, carried_over
 
 pytestmark = pytest.mark.unit
 

@@ -26,11 +26,11 @@ LAZY_COMMANDS = {
         "the instance's replacement starts before the reclaim.",
     ),
     "shards": LazyCommand(
-        "spotpool_operator.shards_cli:shards",
+        "spotpool_operator.replicas.shards_cli:shards",
         "Which replica holds which shards and how many pools each serves.",
     ),
     "offerings": LazyCommand(
-        "spotpool_operator.offerings_cli:offerings",
+        "spotpool_operator.process.offerings_cli:offerings",
         "Each zone x type's spot price, stock and learned interruption rate, ranked.",
     ),
     "toolchain": LazyCommand(
@@ -44,7 +44,7 @@ LAZY_COMMANDS = {
         "spotpool.emulator.cli:app", "A local Tencent Cloud API emulator (CVM with spot)."
     ),
     "crd": LazyCommand("spotpool.api.cli:app", "The Spotpool CustomResourceDefinition."),
-    "operator": LazyCommand("spotpool_operator.cli:app", "The Spotpool operator (kopf)."),
+    "operator": LazyCommand("spotpool_operator.process.cli:app", "The Spotpool operator (kopf)."),
     "deploy": LazyCommand("spotpool_deploy.cli:app", "Install the Spotpool operator."),
     "stacks": LazyCommand(
         "spotpool.stacks_cli:app", "Inspect the pools' Pulumi stacks (read-only)."

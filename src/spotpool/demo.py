@@ -34,8 +34,8 @@ from spotpool.api.crd import CRD_PATH
 from spotpool.api.stackconfig import TAG_POOL_UID
 from spotpool.children import tied_to_parent
 from spotpool.cluster import local
-from spotpool.engine import keyserver
-from spotpool.engine.recovery import GONE_STATES
+from spotpool.engine.leftovers.recovery import GONE_STATES
+from spotpool.engine.state import keyserver
 from spotpool.localworld.emulator import start_emulator
 from spotpool.localworld.kube import Kube
 from spotpool.ports import free_port

@@ -8,8 +8,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from spotpool.engine import inventory, keyserver
-from spotpool.engine.settings import EngineSettings, passphrase_from_env, state_root
+from spotpool.engine.basics.settings import EngineSettings, passphrase_from_env, state_root
+from spotpool.engine.stacks import inventory
+from spotpool.engine.state import keyserver
 from spotpool.preview import redact
 
 app = typer.Typer(help="Inspect the pools' Pulumi stacks (read-only).", no_args_is_help=True)

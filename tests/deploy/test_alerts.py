@@ -13,11 +13,11 @@ import pytest
 import yaml
 from prometheus_client import generate_latest
 from spotpool_deploy import chart
-from spotpool_operator.metrics import Metrics
-from spotpool_operator.shards import ShardMetrics
+from spotpool_operator.replicas.shards import ShardMetrics
+from spotpool_operator.reporting.metrics import Metrics
 
 from spotpool.api.status import Instance, Phase, SpotpoolStatus
-from spotpool.engine.ratelimit import Buckets
+from spotpool.engine.tencent.ratelimit import Buckets
 from tests.conftest import require_tool
 from tests.deploy.dashboard_queries import exposed, problems
 

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
-from spotpool_operator.metrics import Metrics
-from spotpool_operator.offering_metrics import OfferingMetrics
-from spotpool_operator.shards import ShardMetrics
+from spotpool_operator.replicas.shards import ShardMetrics
+from spotpool_operator.reporting.metrics import Metrics
+from spotpool_operator.reporting.offering_metrics import OfferingMetrics
 
 from spotpool.api.interruptions import Learned
 from spotpool.api.status import Instance, Phase, PlacedOffering, SpotpoolStatus
-from spotpool.engine.ratelimit import Buckets
+from spotpool.engine.tencent.ratelimit import Buckets
 from tests.deploy.dashboard_queries import DASHBOARD, exposed, panels, problems, queries
 from tests.deploy.rendered import objects, refusal
 

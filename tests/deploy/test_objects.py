@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 import typer
-from spotpool_operator.cli import app as operator_app
-from spotpool_operator.settings import OperatorSettings
+from spotpool_operator.basics.settings import OperatorSettings
+from spotpool_operator.process.cli import app as operator_app
 
 from tests.deploy.rendered import by_identity, container, deployment, env, objects, pod, refusal
 

@@ -43,7 +43,7 @@ def local_cluster(directory: Path) -> Iterator[Kube]:
 @pytest.fixture(scope="module")
 def keyserver_stacks() -> Iterator[None]:
     """Opt-in (a module's `pytestmark = pytest.mark.usefixtures("keyserver_stacks")`): its
-    operators make `keyserver` stacks (engine/keyserver.py), whose Pulumi runs open their
+    operators make `keyserver` stacks (engine/state/keyserver.py), whose Pulumi runs open their
     secrets without 1,000,000 PBKDF2 rounds, about half a run's CPU here. Every other e2e
     module runs what users get by default (the chart's and the manifests' `passphrase`)."""
     with pytest.MonkeyPatch.context() as patch:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from spotpool.engine.disruption import DO_NOT_DISRUPT
+from spotpool.engine.stacks.disruption import DO_NOT_DISRUPT
 from spotpool.localworld.kube import Kube
 from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, pool_manifest

@@ -13,9 +13,9 @@ from typing import Any
 
 import kubernetes
 import pytest
-from spotpool_operator.metrics import Metrics
-from spotpool_operator.reconciler import Reconciler
-from spotpool_operator.shards import ShardLeases
+from spotpool_operator.process.reconciler import Reconciler
+from spotpool_operator.replicas.shards import ShardLeases
+from spotpool_operator.reporting.metrics import Metrics
 
 from spotpool.localworld.emulator import wait_until
 from spotpool.localworld.kube import Kube

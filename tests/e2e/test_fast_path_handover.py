@@ -10,7 +10,7 @@ from functools import partial
 from typing import Any
 
 import pytest
-from spotpool_operator.sharding import shard_of
+from spotpool_operator.replicas.sharding import shard_of
 
 from tests.e2e._support.replicas import Replicas, apply_pools
 

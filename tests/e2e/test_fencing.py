@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from spotpool_operator.shards import ShardLeases
+from spotpool_operator.replicas.shards import ShardLeases
 
 from spotpool.localworld.kube import Kube
 from spotpool.localworld.slow_proxy import StallProxy

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from spotpool.api.stackconfig import PROJECT
-from spotpool.engine.backend_files import ROOT, latest_deployment, open_backend
+from spotpool.engine.state.backend_files import ROOT, latest_deployment, open_backend
 from tests.e2e._support.replicas import Replicas
 from tests.operator.world import OperatorWorld, pool_manifest
 

@@ -31,8 +31,8 @@ from pydantic import SecretStr
 from tencentcloud.cvm.v20170312 import models
 
 from spotpool.api import notices
-from spotpool.engine import cloud
-from spotpool.engine.credentials import Credentials
+from spotpool.engine.tencent import cloud
+from spotpool.engine.tencent.credentials import Credentials
 from tests.e2e._support.pool_views import by_slot
 from tests.operator.world import OperatorWorld, pool_manifest
 

@@ -1,4 +1,4 @@
-"""The operator with the `keyserver` secrets provider (engine/keyserver.py): its stacks' data
+"""The operator with the `keyserver` secrets provider (engine/state/keyserver.py): its stacks' data
 keys are served on loopback by the operator process itself, so a replacement pod — another
 hostname, another key service address and token — must open the same stacks from the
 passphrase alone."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spotpool.engine import keyserver
+from spotpool.engine.state import keyserver
 from spotpool.localworld.kube import Kube
 from tests.e2e._support.operator_runs import killed_mid_up_and_replaced_under_another_hostname
 from tests.e2e.conftest import operator_world

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from spotpool_operator.sharding import shard_of
+from spotpool_operator.replicas.sharding import shard_of
 
 from spotpool.localworld.emulator import SPOTPOOL
 from tests.e2e._support.replicas import Replicas, apply_pools

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from spotpool_operator.sharding import shard_lease_name, shard_of
+from spotpool_operator.replicas.sharding import shard_lease_name, shard_of
 
 from spotpool.localworld.kube import Kube
 from tests.e2e._support.operator_runs import kill_mid_up

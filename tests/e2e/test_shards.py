@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import kubernetes
 import pytest
-from spotpool_operator.shards import ShardLeases
+from spotpool_operator.replicas.shards import ShardLeases
 
 from spotpool.localworld.kube import Kube
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spotpool_operator.kube import KubeCluster
-from spotpool_operator.shards import ShardLeases
-from spotpool_operator.status_write import Fence, StaleWrite
+from spotpool_operator.replicas.shards import ShardLeases
+from spotpool_operator.reporting.kube import KubeCluster
+from spotpool_operator.reporting.status_write import Fence, StaleWrite
 
 from spotpool.localworld.emulator import wait_until
 from spotpool.localworld.kube import Kube

@@ -8,7 +8,7 @@ import pytest
 from tencentcloud.cvm.v20170312 import models
 
 from spotpool.api.stackconfig import TAG_POOL_UID, TAG_SLOT
-from spotpool.engine import cloud
+from spotpool.engine.tencent import cloud
 from tests.emulator.conftest import StartEmulator
 from tests.emulator.harness import (
     IMAGE_ID,

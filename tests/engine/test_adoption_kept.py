@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from spotpool.api.stackconfig import PoolIdentity
-from spotpool.engine import fast_launch
-from spotpool.engine.errors import EngineError
-from spotpool.engine.stack import PoolStack
+from spotpool.engine.basics.errors import EngineError
+from spotpool.engine.launches import fast_launch
+from spotpool.engine.stacks.stack import PoolStack
 from spotpool.localworld.emulator import wait_until
 from tests.engine._support.fast_launch import preview_expecting_no_changes
 from tests.engine.conftest import REGION, EngineWorld

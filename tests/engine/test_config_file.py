@@ -11,7 +11,8 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from spotpool.engine import config_crypt, config_file
+from spotpool.engine.runs import config_file
+from spotpool.engine.state import config_crypt
 from spotpool.toolchain.paths import bin_dir
 from tests.engine._support.fast_launch import PASSWORD, pool_stack, storm_config
 from tests.engine.conftest import EngineWorld, count_cli_runs

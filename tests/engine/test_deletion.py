@@ -6,15 +6,15 @@ import time
 from pathlib import Path
 
 import pytest
-from spotpool_operator.failures import PoolProblem
-from spotpool_operator.metrics import Metrics
-from spotpool_operator.reconciler import Reconciler
-from spotpool_operator.settings import OperatorSettings
+from spotpool_operator.basics.failures import PoolProblem
+from spotpool_operator.basics.settings import OperatorSettings
+from spotpool_operator.process.reconciler import Reconciler
+from spotpool_operator.reporting.metrics import Metrics
 
 from spotpool.api.stackconfig import TAG_INSTALL, PoolIdentity
-from spotpool.engine import cloud
-from spotpool.engine.credentials import Credentials
-from spotpool.engine.stack import PoolStack
+from spotpool.engine.stacks.stack import PoolStack
+from spotpool.engine.tencent import cloud
+from spotpool.engine.tencent.credentials import Credentials
 from tests.emulator.harness import SECRET_ID, SECRET_KEY, run_spot, wait_until
 from tests.engine.conftest import REGION, EngineWorld
 from tests.operator.fakes import FakeCluster, RecordedEvents, pool_body, ref, run

@@ -9,10 +9,10 @@ import uuid
 import pytest
 
 from spotpool.api.stackconfig import PoolIdentity
-from spotpool.engine import fast_launch
-from spotpool.engine.cloud import TAG_RETAINED
-from spotpool.engine.retained import retained_uids
-from spotpool.engine.stack import PoolStack
+from spotpool.engine.launches import fast_launch
+from spotpool.engine.leftovers.retained import retained_uids
+from spotpool.engine.stacks.stack import PoolStack
+from spotpool.engine.tencent.cloud import TAG_RETAINED
 from spotpool.localworld.emulator import wait_until
 from tests.engine.conftest import REGION, EngineWorld
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from tencentcloud.cvm.v20170312 import models
 
-from spotpool.engine import cloud
-from spotpool.engine.rollout import roll_out
+from spotpool.engine.stacks.rollout import roll_out
+from spotpool.engine.tencent import cloud
 from spotpool.preview.manifests import Manifest
 from spotpool.preview.report import to_text
 from spotpool.preview.run import preview_manifests

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from tencentcloud.cvm.v20170312 import models
 
-from spotpool.engine.drift import drift_in
-from spotpool.engine.stack_state import state_of
-from spotpool.engine.stack_workspace import select_stack
+from spotpool.engine.runs.stack_workspace import select_stack
+from spotpool.engine.state.drift import drift_in
+from spotpool.engine.state.stack_state import state_of
 from spotpool.preview import report
 from spotpool.preview.run import preview_stacks
 from tests.emulator.harness import wait_until

@@ -12,13 +12,13 @@ import pytest
 from pydantic import SecretStr
 
 from spotpool.api.stackconfig import TAG_INSTALL
-from spotpool.engine import cloud
-from spotpool.engine.backend_files import open_backend
-from spotpool.engine.credentials import Credentials
-from spotpool.engine.processes import pulumi_runs
-from spotpool.engine.results import OperationKind
-from spotpool.engine.settings import EngineSettings
-from spotpool.engine.stack import EngineError, OperationTimeout, PoolStack
+from spotpool.engine.basics.results import OperationKind
+from spotpool.engine.basics.settings import EngineSettings
+from spotpool.engine.fencing.processes import pulumi_runs
+from spotpool.engine.stacks.stack import EngineError, OperationTimeout, PoolStack
+from spotpool.engine.state.backend_files import open_backend
+from spotpool.engine.tencent import cloud
+from spotpool.engine.tencent.credentials import Credentials
 from tests.conftest import require_tool
 from tests.emulator.harness import SECRET_ID, SECRET_KEY, run_spot, start_emulator, wait_until
 from tests.engine._support.killed_up import KILLED_UP
@@ -176,7 +176,8 @@ def _killed_up_is_recovered(world: EngineWorld) -> None:
     )
     wait_until(lambda: world.cloud_instances(stack), "the first instance", timeout=120)
     # The whole tree dies at once, as with its pod: the plugins are in process groups of their
-    # own (engine/processes.py), so killing the run's group would leave them running for good.
+    # own (engine/fencing/processes.py), so killing the run's group would leave them running for
+    # good.
     tree = [psutil.Process(run.pid), *psutil.Process(run.pid).children(recursive=True)]
     for process in tree:
         process.kill()

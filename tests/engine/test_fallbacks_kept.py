@@ -10,7 +10,7 @@ import pytest
 from spotpool.api.notices import NoticeAgent
 from spotpool.api.spec import ChargeType
 from spotpool.api.stackconfig import StackConfig
-from spotpool.engine.stack import PoolStack
+from spotpool.engine.stacks.stack import PoolStack
 from spotpool.localworld.emulator import wait_until
 from tests.engine._support.fast_launch import pool_instances, preview_expecting_no_changes
 from tests.engine.conftest import EngineWorld

@@ -15,11 +15,11 @@ import pytest
 
 from spotpool.api.notices import NONCE_TAG, slot_token
 from spotpool.api.spec import ChargeType
-from spotpool.engine import fast_launch, launch_intents
-from spotpool.engine.backend_files import open_backend
-from spotpool.engine.errors import EngineError
-from spotpool.engine.ownership import Writer
-from spotpool.engine.stack import PoolStack, forget_stack
+from spotpool.engine.basics.errors import EngineError
+from spotpool.engine.fencing.ownership import Writer
+from spotpool.engine.launches import fast_launch, launch_intents
+from spotpool.engine.stacks.stack import PoolStack, forget_stack
+from spotpool.engine.state.backend_files import open_backend
 from spotpool.localworld.emulator import wait_until
 from tests.engine._support.fast_launch import (
     PASSWORD,

@@ -15,11 +15,12 @@ import pytest
 from tencentcloud.common.exception.tencent_cloud_sdk_exception import TencentCloudSDKException
 
 from spotpool.api.stackconfig import PoolIdentity
-from spotpool.engine import cloud, fast_launch, launch_intents
-from spotpool.engine.backend_files import open_backend
-from spotpool.engine.processes import fenced
-from spotpool.engine.ratelimit import Buckets, RateLimits
-from spotpool.engine.stack import PoolStack
+from spotpool.engine.fencing.processes import fenced
+from spotpool.engine.launches import fast_launch, launch_intents
+from spotpool.engine.stacks.stack import PoolStack
+from spotpool.engine.state.backend_files import open_backend
+from spotpool.engine.tencent import cloud
+from spotpool.engine.tencent.ratelimit import Buckets, RateLimits
 from spotpool.localworld.emulator import wait_until
 from spotpool.localworld.engine import REGION, EngineWorld
 from tests.emulator.harness import SECRET_ID

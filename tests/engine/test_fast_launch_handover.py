@@ -4,7 +4,7 @@ is adopted by this replica's `replace_slots`, never duplicated by a Pulumi creat
 
 import pytest
 
-from spotpool.engine import fast_launch, launch_intents
+from spotpool.engine.launches import fast_launch, launch_intents
 from spotpool.localworld.emulator import wait_until
 from tests.engine._support.fast_launch import PASSWORD, pool_instances, pool_stack, storm_config
 from tests.engine.conftest import EngineWorld

@@ -10,9 +10,10 @@ import time
 import pytest
 
 from spotpool.api.stackconfig import PROJECT
-from spotpool.engine import api_proxy, s3_fence
-from spotpool.engine.backend_files import ROOT, open_backend
-from spotpool.engine.processes import fenced
+from spotpool.engine.fencing import s3_fence
+from spotpool.engine.fencing.processes import fenced
+from spotpool.engine.state.backend_files import ROOT, open_backend
+from spotpool.engine.tencent import api_proxy
 from tests.engine.conftest import EngineWorld
 
 pytestmark = pytest.mark.integration

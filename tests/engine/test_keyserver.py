@@ -1,4 +1,4 @@
-"""The `keyserver` secrets provider (engine/keyserver.py): stacks whose data key the process's
+"""The `keyserver` secrets provider (engine/state/keyserver.py): stacks whose data key the process's
 key service on loopback unwraps, so no Pulumi run derives a passphrase key. The real CLI and
 plugin open them (`hashivault://spotpool`), a secret written without the CLI reads back
 through the plain CLI, and a person gets the same keys from `spotpool stacks keys`."""
@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from spotpool.api.stackconfig import PoolIdentity
-from spotpool.engine import keyserver
-from spotpool.engine.stack import PoolStack
+from spotpool.engine.stacks.stack import PoolStack
+from spotpool.engine.state import keyserver
 from tests.engine.conftest import REGION, EngineWorld, count_cli_runs
 
 USER_DATA = "IyEvYmluL3NoCmVjaG8ga2V5c2VydmVyCg=="  # a secret in the stack's config

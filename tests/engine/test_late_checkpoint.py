@@ -20,10 +20,10 @@ import psutil
 import pytest
 
 from spotpool.api.stackconfig import PROJECT, PoolIdentity
-from spotpool.engine.backend_files import latest_deployment, open_backend
-from spotpool.engine.ownership import Writer
-from spotpool.engine.stack import PoolStack
-from spotpool.engine.stack_state import ids_by_slot
+from spotpool.engine.fencing.ownership import Writer
+from spotpool.engine.stacks.stack import PoolStack
+from spotpool.engine.state.backend_files import latest_deployment, open_backend
+from spotpool.engine.state.stack_state import ids_by_slot
 from tests.emulator.harness import wait_until
 from tests.engine.conftest import REGION, EngineWorld
 

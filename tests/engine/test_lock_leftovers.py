@@ -63,7 +63,7 @@ def test_a_lock_left_half_written_by_a_killed_cli_does_not_block_the_stack(
 def test_a_whole_lock_of_a_live_owner_is_still_kept(world: EngineWorld) -> None:
     """The leftover rule removes temporary files only: a lock in place whose owner lives is
     reported as before, not broken."""
-    from spotpool.engine.errors import StackLockedError
+    from spotpool.engine.basics.errors import StackLockedError
 
     stack = world.pool()
     stack.up(world.config(stack, 1))

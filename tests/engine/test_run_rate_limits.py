@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from spotpool.engine.ratelimit import BUCKETS, DEFAULT_RATES, RateLimits
+from spotpool.engine.tencent.ratelimit import BUCKETS, DEFAULT_RATES, RateLimits
 from tests._support.buckets import most_over_bucket
 from tests.engine.conftest import EngineWorld
 

@@ -10,8 +10,8 @@ from tencentcloud.cvm.v20170312 import models
 
 from spotpool.api.notices import NoticeAgent, agent_settings, slot_token
 from spotpool.api.stackconfig import StackConfig
-from spotpool.engine import cloud
-from spotpool.engine.stack import PoolStack
+from spotpool.engine.stacks.stack import PoolStack
+from spotpool.engine.tencent import cloud
 from tests.emulator.harness import wait_until
 from tests.engine.conftest import REGION, EngineWorld
 
@@ -157,7 +157,7 @@ def test_one_run_promotes_a_surge_and_replaces_another_gone_slot(world: EngineWo
 def test_after_a_restart_the_full_up_promotes_the_surge(world: EngineWorld) -> None:
     """A new process knows nothing of the stack: replace_slots falls back to an up with a
     refresh, which must promote the surge instance, not create a third beside it."""
-    from spotpool.engine import known_stacks
+    from spotpool.engine.runs import known_stacks
 
     stack = world.pool()
     config = _config(world, stack, 1)

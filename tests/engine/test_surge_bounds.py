@@ -12,8 +12,9 @@ from tencentcloud.cvm.v20170312 import models
 from spotpool.api.notices import NONCE_TAG, NoticeAgent, agent_settings, slot_token
 from spotpool.api.spec import ChargeType
 from spotpool.api.stackconfig import StackConfig
-from spotpool.engine import cloud, known_stacks
-from spotpool.engine.stack import PoolStack
+from spotpool.engine.runs import known_stacks
+from spotpool.engine.stacks.stack import PoolStack
+from spotpool.engine.tencent import cloud
 from tests.emulator.harness import wait_until
 from tests.engine.conftest import REGION, EngineWorld
 

@@ -11,8 +11,8 @@ import pytest
 
 from spotpool.api.identity import AssumeRole
 from spotpool.api.stackconfig import PoolIdentity
-from spotpool.engine.identities import CredentialCache
-from spotpool.engine.stack import PoolStack
+from spotpool.engine.stacks.stack import PoolStack
+from spotpool.engine.tencent.identities import CredentialCache
 from tests.engine.conftest import EngineWorld
 from tests.sts_world import ACCOUNT_A, ACCOUNT_B, ROLE_B, configure, role
 
@@ -25,8 +25,8 @@ INSTANCES = 4
 def cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[CredentialCache]:
     """A cache of this test's own, as the process's one (the API proxy asks it)."""
     fresh = CredentialCache()
-    monkeypatch.setattr("spotpool.engine.identities.CREDENTIALS", fresh)
-    monkeypatch.setattr("spotpool.engine.api_proxy.CREDENTIALS", fresh)
+    monkeypatch.setattr("spotpool.engine.tencent.identities.CREDENTIALS", fresh)
+    monkeypatch.setattr("spotpool.engine.tencent.api_proxy.CREDENTIALS", fresh)
     yield fresh
 
 

@@ -8,20 +8,20 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import SecretStr
-from spotpool_operator.kube import SecretNotFound
-from spotpool_operator.metrics import Metrics
-from spotpool_operator.pools import PoolRef
-from spotpool_operator.reconciler import Reconciler
-from spotpool_operator.settings import OperatorSettings
-from spotpool_operator.status_write import Fence
+from spotpool_operator.basics.pools import PoolRef
+from spotpool_operator.basics.settings import OperatorSettings
+from spotpool_operator.process.reconciler import Reconciler
+from spotpool_operator.reporting.kube import SecretNotFound
+from spotpool_operator.reporting.metrics import Metrics
+from spotpool_operator.reporting.status_write import Fence
 from tencentcloud.common.exception.tencent_cloud_sdk_exception import TencentCloudSDKException
 
 from spotpool.api.drift import InstanceDrift
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
-from spotpool.engine.credentials import Credentials
-from spotpool.engine.results import OperationKind, OperationResult, SlotOutput
-from spotpool.engine.settings import EngineSettings
-from spotpool.engine.stack import EngineError
+from spotpool.engine.basics.results import OperationKind, OperationResult, SlotOutput
+from spotpool.engine.basics.settings import EngineSettings
+from spotpool.engine.stacks.stack import EngineError
+from spotpool.engine.tencent.credentials import Credentials
 
 T = TypeVar("T")
 

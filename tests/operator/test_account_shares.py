@@ -7,12 +7,12 @@ import itertools
 from pathlib import Path
 
 import pytest
-from spotpool_operator.failures import PoolProblem
-from spotpool_operator.fleet import FleetProbe, ProbeSettings
-from spotpool_operator.slots import EngineSlots, Priority
+from spotpool_operator.basics.failures import PoolProblem
+from spotpool_operator.cloud.fleet import FleetProbe, ProbeSettings
+from spotpool_operator.convergence.slots import EngineSlots, Priority
 
-from spotpool.engine.credentials import Credentials
-from spotpool.engine.ratelimit import Buckets, RateLimits, TokenBucket
+from spotpool.engine.tencent.credentials import Credentials
+from spotpool.engine.tencent.ratelimit import Buckets, RateLimits, TokenBucket
 from tests.operator.fakes import make_world, pool_body, ref, run, settings
 
 pytestmark = pytest.mark.unit

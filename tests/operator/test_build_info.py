@@ -4,7 +4,7 @@ import platform
 
 import pytest
 from prometheus_client import generate_latest
-from spotpool_operator.metrics import Metrics
+from spotpool_operator.reporting.metrics import Metrics
 
 pytestmark = pytest.mark.unit
 

@@ -5,13 +5,13 @@ from typing import Any
 
 import pytest
 from pydantic import SecretStr
-from spotpool_operator.capacity import Capacity, CapacitySettings
+from spotpool_operator.cloud.capacity import Capacity, CapacitySettings
 
 from spotpool.api.placement import Key, Offering, Slot
 from spotpool.api.spec import ChargeType, SpotpoolSpec
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.api.status import Instance
-from spotpool.engine.credentials import Credentials
+from spotpool.engine.tencent.credentials import Credentials
 
 pytestmark = pytest.mark.unit
 

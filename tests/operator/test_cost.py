@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 from pydantic import SecretStr
-from spotpool_operator.cost import PriceBook, Quote, priced, savings
-from spotpool_operator.metrics import Metrics
+from spotpool_operator.cloud.cost import PriceBook, Quote, priced, savings
+from spotpool_operator.reporting.metrics import Metrics
 from tencentcloud.cvm.v20170312 import models
 
 from spotpool.api.placement import Key, Offering, Stock
 from spotpool.api.spec import ChargeType
 from spotpool.api.status import Instance, SpotpoolStatus
-from spotpool.engine.credentials import Credentials
-from spotpool.engine.prices import hourly_prices
+from spotpool.engine.tencent.credentials import Credentials
+from spotpool.engine.tencent.prices import hourly_prices
 
 pytestmark = pytest.mark.unit
 

@@ -4,7 +4,7 @@ key pair to delete them (the fake engine; the real one is in tests/engine/test_d
 from pathlib import Path
 
 import pytest
-from spotpool_operator.failures import PoolProblem
+from spotpool_operator.basics.failures import PoolProblem
 
 from tests.operator.fakes import make_world, pool_body, ref, run
 

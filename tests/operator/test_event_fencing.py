@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spotpool_operator.events import FencedEvents
-from spotpool_operator.sharding import shard_of
-from spotpool_operator.shards import ShardLeases
+from spotpool_operator.replicas.sharding import shard_of
+from spotpool_operator.replicas.shards import ShardLeases
+from spotpool_operator.reporting.events import FencedEvents
 
 from tests.operator.fakes import RecordedEvents, World, make_world, pool_body, ref, run
 

@@ -1,10 +1,10 @@
 """Engine failures become reasons a person (and a program) can act on."""
 
 import pytest
-from spotpool_operator.failures import PoolProblem, classify
-from spotpool_operator.settings import OperatorSettings
+from spotpool_operator.basics.failures import PoolProblem, classify
+from spotpool_operator.basics.settings import OperatorSettings
 
-from spotpool.engine.stack import EngineError
+from spotpool.engine.stacks.stack import EngineError
 
 pytestmark = pytest.mark.unit
 

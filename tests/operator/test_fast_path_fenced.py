@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from spotpool_operator.failures import PoolProblem
-from spotpool_operator.sharding import shard_of
-from spotpool_operator.shards import NotServed, ShardLeases
+from spotpool_operator.basics.failures import PoolProblem
+from spotpool_operator.replicas.sharding import shard_of
+from spotpool_operator.replicas.shards import NotServed, ShardLeases
 
-from spotpool.engine.fast_launch import FastLaunch
-from spotpool.engine.processes import check_fence
+from spotpool.engine.fencing.processes import check_fence
+from spotpool.engine.launches.fast_launch import FastLaunch
 from tests.operator.fakes import FakeEngine, make_world, pool_body, ref, run
 
 pytestmark = pytest.mark.unit

@@ -5,12 +5,12 @@ from collections.abc import Callable
 
 import pytest
 from pydantic import SecretStr
-from spotpool_operator.fleet import FleetProbe, ProbeSettings
+from spotpool_operator.cloud.fleet import FleetProbe, ProbeSettings
 
-from spotpool.engine import cloud_errors
-from spotpool.engine.cloud import FleetInstance
-from spotpool.engine.credentials import Credentials
-from spotpool.engine.ratelimit import Buckets, RateLimits, TokenBucket
+from spotpool.engine.tencent import cloud_errors
+from spotpool.engine.tencent.cloud import FleetInstance
+from spotpool.engine.tencent.credentials import Credentials
+from spotpool.engine.tencent.ratelimit import Buckets, RateLimits, TokenBucket
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import kubernetes
 import pytest
-from spotpool_operator.interruptions import (
+from spotpool_operator.cloud.interruptions import (
     ConfigMapStore,
     HourMeter,
     Learner,
@@ -176,13 +176,13 @@ def test_the_hour_meter_counts_instance_hours_between_looks() -> None:
 
 def test_reclaims_the_operator_sees_move_new_slots_to_the_calmer_zone_and_status_says_why() -> None:
     from pydantic import SecretStr
-    from spotpool_operator.capacity import Capacity, CapacitySettings, account_of
+    from spotpool_operator.cloud.capacity import Capacity, CapacitySettings, account_of
 
     from spotpool.api.placement import Offering
     from spotpool.api.spec import ChargeType, SpotpoolSpec
     from spotpool.api.stackconfig import PoolIdentity, StackConfig
     from spotpool.api.status import Instance, Placement
-    from spotpool.engine.credentials import Credentials
+    from spotpool.engine.tencent.credentials import Credentials
 
     cheap, calm, kind = "ap-singapore-2", "ap-singapore-3", "GN7.2XLARGE32"
     keys = Credentials(secret_id=SecretStr("AKIDx"), secret_key=SecretStr("k"))

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from kopf._cogs.structs import references
 from kopf._core.reactor import observation
-from spotpool_operator import kopf_namespaces
+from spotpool_operator.process import kopf_namespaces
 
 pytestmark = pytest.mark.unit
 

@@ -5,9 +5,9 @@ stands still on Linux while the VM is paused."""
 import time
 
 import pytest
-from spotpool_operator import lease as lease_module
-from spotpool_operator.lease import OperatorLease
-from spotpool_operator.shards import ShardLeases
+from spotpool_operator.replicas import lease as lease_module
+from spotpool_operator.replicas.lease import OperatorLease
+from spotpool_operator.replicas.shards import ShardLeases
 
 from tests.operator.lease_fakes import FakeLeases
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import kubernetes
 import pytest
-from spotpool_operator.lease import OperatorLease
+from spotpool_operator.replicas.lease import OperatorLease
 
 from tests.operator.lease_fakes import FakeClock, FakeLeases, Stalling
 

@@ -4,7 +4,7 @@ import json
 import logging
 
 import pytest
-from spotpool_operator import logmask
+from spotpool_operator.process import logmask
 
 pytestmark = pytest.mark.unit
 

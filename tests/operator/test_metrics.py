@@ -2,10 +2,10 @@
 calls and the token buckets, as a scrape reads them."""
 
 import pytest
-from spotpool_operator.metrics import NOTICE_RESULTS, Metrics
+from spotpool_operator.reporting.metrics import NOTICE_RESULTS, Metrics
 
 from spotpool.api.status import Instance, Phase, SpotpoolStatus, Surge
-from spotpool.engine.ratelimit import Buckets, RateLimits
+from spotpool.engine.tencent.ratelimit import Buckets, RateLimits
 
 pytestmark = pytest.mark.unit
 

@@ -7,8 +7,8 @@ from typing import Any
 import kopf
 import pytest
 from pydantic import ValidationError
-from spotpool_operator import handlers
-from spotpool_operator.cli import app
+from spotpool_operator.process import handlers
+from spotpool_operator.process.cli import app
 from typer.testing import CliRunner
 
 from tests.operator.fakes import make_world, pool_body, settings

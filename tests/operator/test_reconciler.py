@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spotpool_operator.failures import PoolProblem
+from spotpool_operator.basics.failures import PoolProblem
 
 from tests.operator.fakes import World, make_world, pool_body, ref, run
 

@@ -6,13 +6,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from spotpool_operator.failures import PoolProblem
-from spotpool_operator.sharding import shard_of
-from spotpool_operator.shards import ShardLeases
-from spotpool_operator.slots import Priority
+from spotpool_operator.basics.failures import PoolProblem
+from spotpool_operator.convergence.slots import Priority
+from spotpool_operator.replicas.sharding import shard_of
+from spotpool_operator.replicas.shards import ShardLeases
 
 from spotpool.api.stackconfig import PoolIdentity
-from spotpool.engine.ownership import LockOwner, Writer, decide_lock
+from spotpool.engine.fencing.ownership import LockOwner, Writer, decide_lock
 from tests.operator.fakes import World, make_world, pool_body, ref, run
 
 pytestmark = pytest.mark.unit

@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-from spotpool_operator.sharding import shard_of
-from spotpool_operator.shards import NotServed, ShardLeases
+from spotpool_operator.replicas.sharding import shard_of
+from spotpool_operator.replicas.shards import NotServed, ShardLeases
 
-from spotpool.engine.processes import FencedCommand, fenced
+from spotpool.engine.fencing.processes import FencedCommand, fenced
 from tests.operator.lease_fakes import GATHER_TIMEOUT, FakeClock, FakeLeases, Stalling
 
 pytestmark = pytest.mark.unit

@@ -9,10 +9,10 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from spotpool_operator.sharding import shard_of
-from spotpool_operator.shards import ShardLeases
+from spotpool_operator.replicas.sharding import shard_of
+from spotpool_operator.replicas.shards import ShardLeases
 
-from spotpool.engine.ownership import LockOwner, Writer, decide_lock
+from spotpool.engine.fencing.ownership import LockOwner, Writer, decide_lock
 from tests.operator.lease_fakes import FakeClock, FakeLeases, Stalling
 
 pytestmark = pytest.mark.unit

@@ -6,7 +6,7 @@ import uuid
 from collections import Counter
 
 import pytest
-from spotpool_operator.sharding import (
+from spotpool_operator.replicas.sharding import (
     assign,
     member_lease_name,
     moves,

@@ -4,9 +4,9 @@ from datetime import UTC, datetime, timedelta
 
 import kubernetes
 import pytest
-from spotpool_operator.sharding import shard_of
-from spotpool_operator.shards import SHARDS_ANNOTATION
-from spotpool_operator.shards_cli import UNHELD, render_text, shard_count, summarize
+from spotpool_operator.replicas.sharding import shard_of
+from spotpool_operator.replicas.shards import SHARDS_ANNOTATION
+from spotpool_operator.replicas.shards_cli import UNHELD, render_text, shard_count, summarize
 
 pytestmark = pytest.mark.unit
 

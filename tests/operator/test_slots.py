@@ -3,7 +3,7 @@
 import asyncio
 
 import pytest
-from spotpool_operator.slots import EngineSlots, Priority
+from spotpool_operator.convergence.slots import EngineSlots, Priority
 
 pytestmark = pytest.mark.unit
 

@@ -3,10 +3,10 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from spotpool_operator import status as render
+from spotpool_operator.reporting import status as render
 
 from spotpool.api.status import Phase, SpotpoolStatus
-from spotpool.engine.results import OperationKind, OperationResult, SlotOutput
+from spotpool.engine.basics.results import OperationKind, OperationResult, SlotOutput
 
 pytestmark = pytest.mark.unit
 

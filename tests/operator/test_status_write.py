@@ -2,7 +2,7 @@
 tests/e2e/test_status_fencing.py)."""
 
 import pytest
-from spotpool_operator.status_write import newer, present
+from spotpool_operator.reporting.status_write import newer, present
 
 pytestmark = pytest.mark.unit
 

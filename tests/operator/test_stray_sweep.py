@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 import kubernetes
 import pytest
 from pydantic import SecretStr
-from spotpool_operator.kube import KubeCluster
-from spotpool_operator.strays import StraySweep
+from spotpool_operator.cloud.strays import StraySweep
+from spotpool_operator.reporting.kube import KubeCluster
 
-from spotpool.engine.cloud import FleetInstance
-from spotpool.engine.credentials import Credentials
+from spotpool.engine.tencent.cloud import FleetInstance
+from spotpool.engine.tencent.credentials import Credentials
 from tests.operator.fakes import RecordedEvents, run
 
 pytestmark = pytest.mark.unit

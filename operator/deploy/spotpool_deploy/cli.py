@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from spotpool.engine.settings import state_root
+from spotpool.engine.basics.settings import state_root
 from spotpool_deploy import chart, kustomize
 
 HERE = Path(__file__).resolve().parents[1]

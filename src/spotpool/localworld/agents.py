@@ -18,8 +18,8 @@ from pydantic import SecretStr
 from tencentcloud.cvm.v20170312 import models
 
 from spotpool.api.notices import agent_settings
-from spotpool.engine import cloud
-from spotpool.engine.credentials import Credentials
+from spotpool.engine.tencent import cloud
+from spotpool.engine.tencent.credentials import Credentials
 from spotpool.localworld.emulator import SPOTPOOL, EmulatorProcess
 
 

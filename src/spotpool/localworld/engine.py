@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 from spotpool.api.spec import SpotpoolSpec
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
-from spotpool.engine import keyserver
-from spotpool.engine.credentials import Credentials
-from spotpool.engine.settings import EngineSettings
-from spotpool.engine.stack import PoolStack
+from spotpool.engine.basics.settings import EngineSettings
+from spotpool.engine.stacks.stack import PoolStack
+from spotpool.engine.state import keyserver
+from spotpool.engine.tencent.credentials import Credentials
 from spotpool.localworld.emulator import EmulatorProcess
 
 REGION = "ap-singapore"

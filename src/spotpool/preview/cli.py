@@ -9,8 +9,8 @@ import typer
 from pydantic import SecretStr
 from typer.core import TyperCommand
 
-from spotpool.engine.credentials import Credentials
-from spotpool.engine.settings import EngineSettings
+from spotpool.engine.basics.settings import EngineSettings
+from spotpool.engine.tencent.credentials import Credentials
 from spotpool.preview import manifests, report
 from spotpool.preview.run import preview_manifests, preview_removed, preview_stacks
 

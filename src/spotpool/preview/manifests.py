@@ -7,7 +7,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from spotpool.api.spec import GROUP, KIND, VERSION, SpotpoolSpec
-from spotpool.engine.disruption import DO_NOT_DISRUPT, parse_do_not_disrupt
+from spotpool.engine.stacks.disruption import DO_NOT_DISRUPT, parse_do_not_disrupt
 
 API_VERSION = f"{GROUP}/{VERSION}"
 

@@ -22,8 +22,8 @@ import yaml
 from pulumi import automation as auto
 
 from spotpool.api.stackconfig import PROJECT
-from spotpool.engine.backend_files import ROOT, BackendFiles, latest_deployment, open_backend
-from spotpool.engine.stack_workspace import pulumi_command
+from spotpool.engine.runs.stack_workspace import pulumi_command
+from spotpool.engine.state.backend_files import ROOT, BackendFiles, latest_deployment, open_backend
 from spotpool.toolchain.paths import bin_dir
 
 SECRET_SIG_KEY = "4dabf18193072939515e22adb298388d"  # Pulumi's marker of a secret value

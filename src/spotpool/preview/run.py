@@ -8,11 +8,11 @@ from spotpool.api.drift import InstanceDrift
 from spotpool.api.spec import DeletionPolicy
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.api.status import Changes
-from spotpool.engine import inventory
-from spotpool.engine.credentials import Credentials
-from spotpool.engine.disruption import batch_count
-from spotpool.engine.settings import EngineSettings
-from spotpool.engine.stack import EngineError, PoolStack
+from spotpool.engine.basics.settings import EngineSettings
+from spotpool.engine.stacks import inventory
+from spotpool.engine.stacks.disruption import batch_count
+from spotpool.engine.stacks.stack import EngineError, PoolStack
+from spotpool.engine.tencent.credentials import Credentials
 from spotpool.preview.manifests import Manifest
 
 # A pool with no stack yet has no uid; its preview is all-create whatever the uid is.

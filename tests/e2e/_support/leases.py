@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import kubernetes
-from spotpool_operator.shards import ShardLeases
+from spotpool_operator.replicas.shards import ShardLeases
 
 
 @dataclass

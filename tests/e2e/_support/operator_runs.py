@@ -9,9 +9,9 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from spotpool.engine import cloud
-from spotpool.engine.backend_files import BackendFiles, open_backend
-from spotpool.engine.credentials import Credentials
+from spotpool.engine.state.backend_files import BackendFiles, open_backend
+from spotpool.engine.tencent import cloud
+from spotpool.engine.tencent.credentials import Credentials
 from tests.emulator.harness import spot_request
 from tests.operator.world import OperatorWorld, pool_manifest
 

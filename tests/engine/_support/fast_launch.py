@@ -9,7 +9,7 @@ from pathlib import Path
 
 from spotpool.api.notices import NoticeAgent
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
-from spotpool.engine.stack import PoolStack
+from spotpool.engine.stacks.stack import PoolStack
 from spotpool.localworld.engine import REGION, EngineWorld
 from spotpool.toolchain.paths import bin_dir
 from tests._support.tools import require_tool

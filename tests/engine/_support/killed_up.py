@@ -5,9 +5,9 @@ KILLED_UP = """
 import sys, uuid
 from pydantic import SecretStr
 from spotpool.api.stackconfig import PoolIdentity
-from spotpool.engine.credentials import Credentials
-from spotpool.engine.settings import EngineSettings
-from spotpool.engine.stack import PoolStack
+from spotpool.engine.tencent.credentials import Credentials
+from spotpool.engine.basics.settings import EngineSettings
+from spotpool.engine.stacks.stack import PoolStack
 from tests.engine.conftest import REGION, pool_spec
 from spotpool.api.stackconfig import StackConfig
 

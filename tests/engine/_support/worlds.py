@@ -9,8 +9,8 @@ import pytest
 from pydantic import SecretStr
 
 from spotpool.cluster import s3
-from spotpool.engine.credentials import Credentials
-from spotpool.engine.settings import EngineSettings
+from spotpool.engine.basics.settings import EngineSettings
+from spotpool.engine.tencent.credentials import Credentials
 from spotpool.localworld.engine import EngineWorld
 from tests.emulator.harness import SECRET_ID, SECRET_KEY, start_emulator
 

@@ -1,0 +1,130 @@
+"""A pool's cloud credentials, in one of three forms: a Secret's key pair (with a token when the
+keys are temporary; inline keys still work), a role assumed on top of the Secret's keys or of
+the operator's own identity, or the operator's own identity alone (its service-account token
+exchanged by AssumeRoleWithWebIdentity). Temporary credentials come from the process's one
+cache (engine/tencent/identities.py), shared by every pool of the same identity."""
+
+from collections.abc import Callable
+
+from pydantic import SecretStr
+
+from spotpool.api.spec import SpotpoolSpec
+from spotpool.engine.tencent.credentials import Credentials
+from spotpool.engine.tencent.identities import CREDENTIALS, CredentialCache, WebIdentity
+from spotpool.engine.tencent.sts import StsError
+from spotpool_operator.basics.failures import PoolProblem
+from spotpool_operator.reporting.kube import Cluster, SecretNotFound
+
+INLINE_WARNING = (
+    "secretId/secretKey are stored in the Spotpool itself, readable by anyone who can read it: "
+    "put them in a Secret and set credentialsSecretRef"
+)
+NO_OPERATOR_IDENTITY = (
+    "useOperatorIdentity needs the operator installed with an identity of its own: set the "
+    "chart's identity.roleArn and identity.providerId (the operator then gets TKE_ROLE_ARN, "
+    "TKE_PROVIDER_ID and a projected service-account token in TKE_WEB_IDENTITY_TOKEN_FILE), "
+    "or give the pool a credentialsSecretRef"
+)
+# What STS answers, as a condition reason and what to fix.
+_STS_REASONS = {
+    "UnauthorizedOperation": (
+        "RoleNotTrusted",
+        "the role's trust policy does not let this identity assume it: add the caller "
+        "(account, or OIDC issuer and subject) to the role's trust policy",
+    ),
+    "ResourceNotFound.RoleNotFound": (
+        "RoleNotFound",
+        "no such role: check assumeRole.roleArn (qcs::cam::uin/<account>:roleName/<name>)",
+    ),
+    "InvalidParameter.WebIdentityTokenError": (
+        "WebIdentityRefused",
+        "the service-account token was refused: check that CAM's identity provider trusts "
+        "the cluster's issuer and the token's audience",
+    ),
+}
+
+
+def resolve(
+    cluster: Cluster,
+    namespace: str,
+    spec: SpotpoolSpec,
+    endpoint: str | None = None,
+    cache: CredentialCache = CREDENTIALS,
+) -> Credentials:
+    """The credentials to run this pool's operations with, or a PoolProblem saying what is
+    wrong. A credentialsSecretRef wins over inline keys when both are set."""
+    if spec.use_operator_identity:
+        web = WebIdentity.from_env()
+        if web is None:
+            raise PoolProblem("OperatorIdentityMissing", NO_OPERATOR_IDENTITY, permanent=True)
+        base = _from_sts(lambda: cache.web_identity(web, endpoint), web.role.role_arn)
+    else:
+        base = _keys(cluster, namespace, spec)
+    if spec.assume_role is None:
+        return base
+    role = spec.assume_role
+    return _from_sts(lambda: cache.role(base, role, endpoint), role.role_arn)
+
+
+def _from_sts(obtain: Callable[[], Credentials], role_arn: str) -> Credentials:
+    try:
+        return obtain()
+    except StsError as error:
+        reason, fix = _STS_REASONS.get(error.code, ("AssumeRoleFailed", "see the STS error"))
+        raise PoolProblem(
+            reason, f"STS refused role {role_arn}: {fix} ({error.code}: {error.message})"
+        ) from None
+
+
+def _keys(cluster: Cluster, namespace: str, spec: SpotpoolSpec) -> Credentials:
+    ref = spec.credentials_secret_ref
+    if ref is None:
+        if spec.secret_id is None or spec.secret_key is None:
+            raise PoolProblem(
+                "CredentialsMissing",
+                "set credentialsSecretRef, or useOperatorIdentity with the install's role",
+                permanent=True,
+            )
+        return Credentials(
+            secret_id=SecretStr(spec.secret_id), secret_key=SecretStr(spec.secret_key)
+        )
+    try:
+        data = cluster.read_secret(namespace, ref.name)
+    except SecretNotFound as error:
+        raise PoolProblem(
+            "SecretNotFound", f"{error}: create it or fix credentialsSecretRef"
+        ) from None
+    missing = [key for key in (ref.secret_id_key, ref.secret_key_key) if not data.get(key)]
+    if missing:
+        raise PoolProblem(
+            "SecretKeyMissing",
+            f"Secret {namespace}/{ref.name} has no (or an empty) {' and '.join(missing)}",
+        )
+    token = _text(data[ref.token_key]) if data.get(ref.token_key) else None
+    return Credentials(
+        secret_id=SecretStr(_text(data[ref.secret_id_key])),
+        secret_key=SecretStr(_text(data[ref.secret_key_key])),
+        token=SecretStr(token) if token else None,
+    )
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", errors="replace").strip()
+
+
+def login_password(cluster: Cluster, namespace: str, spec: SpotpoolSpec) -> str | None:
+    """The login password from loginSettings.passwordSecretRef, if the pool uses one."""
+    ref = spec.login_settings.password_secret_ref if spec.login_settings else None
+    if ref is None:
+        return None
+    try:
+        data = cluster.read_secret(namespace, ref.name)
+    except SecretNotFound as error:
+        raise PoolProblem(
+            "SecretNotFound", f"{error}: loginSettings.passwordSecretRef names it"
+        ) from None
+    if not data.get(ref.key):
+        raise PoolProblem(
+            "SecretKeyMissing", f"Secret {namespace}/{ref.name} has no (or an empty) {ref.key}"
+        )
+    return _text(data[ref.key])

@@ -1,0 +1,16 @@
+"""Keep each pool converged: the reconciler is the engine runner (engine_runner.py) with the
+jobs it does — converge (converge.py), reclaims (reclaims.py), termination notices
+(notices.py), deletion (deletion.py)."""
+
+from spotpool_operator.convergence.converge import Converging
+from spotpool_operator.convergence.deletion import Deletion
+from spotpool_operator.convergence.engine_runner import CloudLookup, EngineFactory, PoolEngine
+from spotpool_operator.storm.notices import Notices
+from spotpool_operator.storm.reclaims import Reclaims
+from spotpool_operator.storm.spot_return import SpotReturn
+
+__all__ = ["CloudLookup", "EngineFactory", "PoolEngine", "Reconciler"]
+
+
+class Reconciler(Converging, Reclaims, Notices, Deletion, SpotReturn):
+    """What the kopf handlers call."""

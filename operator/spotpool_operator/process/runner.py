@@ -1,0 +1,177 @@
+"""Assemble the operator (cluster access, engine, metrics, handlers) and run kopf until stopped."""
+
+import logging
+import os
+import socket
+from collections.abc import Callable
+from functools import partial
+
+import kopf
+
+from spotpool.api.placement_report import offerings
+from spotpool.api.stackconfig import PoolIdentity
+from spotpool.engine.fencing.ownership import Writer
+from spotpool.engine.fencing.processes import kill_runs
+from spotpool.engine.leftovers.retained import retained_uids
+from spotpool.engine.stacks.stack import PoolStack, forget_stack
+from spotpool.engine.tencent import cloud
+from spotpool.engine.tencent.credentials import Credentials
+from spotpool.engine.tencent.ratelimit import BUCKETS
+from spotpool_operator.basics.settings import OperatorSettings
+from spotpool_operator.cloud.capacity import Capacity, CapacitySettings, stock_lister
+from spotpool_operator.cloud.cost import PriceBook, price_lister
+from spotpool_operator.cloud.fleet import FleetProbe
+from spotpool_operator.cloud.interruptions import ConfigMapStore, Learner, LearnerSettings
+from spotpool_operator.cloud.strays import StraySweep
+from spotpool_operator.process import handlers, kopf_namespaces
+from spotpool_operator.process.cloudcheck import cloud_lookup
+from spotpool_operator.process.reconciler import Reconciler
+from spotpool_operator.replicas.shards import ShardLeases
+from spotpool_operator.reporting.events import DirectEvents, KopfEvents
+from spotpool_operator.reporting.kube import KubeCluster
+from spotpool_operator.reporting.metrics import Metrics
+from spotpool_operator.reporting.offering_metrics import OfferingMetrics
+
+log = logging.getLogger("spotpool_operator")
+
+
+def run(settings: OperatorSettings) -> None:
+    """Serve Spotpools until SIGINT/SIGTERM. Blocks."""
+    metrics = Metrics()
+    BUCKETS.configure(settings.rate_limits)
+    endpoint = settings.engine.cloud_endpoint
+
+    def fleet(credentials: Credentials, region: str) -> list[cloud.FleetInstance]:
+        return cloud.fleet_instances(cloud.cvm(credentials, region, endpoint))
+
+    def count(credentials: Credentials, region: str) -> int:
+        return cloud.count_fleet(cloud.cvm(credentials, region, endpoint))
+
+    probe = FleetProbe(fleet, settings.probe, count) if settings.probe.budget > 0 else None
+    cloud.ON_CALL.append(metrics.observe_cloud_call)
+    metrics.watch_buckets(BUCKETS)
+    if settings.metrics_port:
+        metrics.serve(settings.metrics_host, settings.metrics_port)
+    cluster = KubeCluster()
+    host, pid = socket.gethostname(), os.getpid()
+    shards = None
+    if settings.lease_namespace:
+        shards = ShardLeases(
+            cluster.coordination(),
+            settings.lease_namespace,
+            settings.lease_name,
+            settings.shards,
+            duration=settings.lease_duration,
+            registry=metrics.registry,
+        )
+    settings.engine.writer = Writer(host, pid, None)  # each pool's engine: its shard's Lease
+
+    def engine(
+        pool: PoolIdentity, credentials: Credentials, region: str, progress: Callable[[str], None]
+    ) -> PoolStack:
+        engine_settings = settings.engine
+        if shards is not None:  # locks are broken for the earlier holders of the pool's shard
+            writer = Writer(host, pid, shards.view(pool.uid))
+            engine_settings = engine_settings.model_copy(update={"writer": writer})
+        return PoolStack(pool, engine_settings, credentials, region, progress)
+
+    prices = PriceBook(price_lister(endpoint))
+    offering_metrics = OfferingMetrics(metrics.registry)
+    learner = Learner(
+        ConfigMapStore(
+            cluster.core(),
+            settings.lease_namespace or "default",
+            f"{settings.lease_name}-interruptions",
+        ),
+        writer=host,  # a pod's name: each replica writes its own key of the ConfigMap
+        settings=LearnerSettings(half_life=settings.interruption_half_life),
+        on_sync=offering_metrics.observe_learned,
+    )
+    reconciler = Reconciler(
+        settings=settings,
+        cluster=cluster,
+        events=KopfEvents(),
+        metrics=metrics,
+        engine_factory=engine,
+        cloud_lookup=cloud_lookup(settings.engine.cloud_endpoint),
+        probe=probe,
+        shards=shards,
+        capacity=Capacity(
+            prices.sharing(stock_lister(endpoint)),
+            CapacitySettings(avoid_seconds=settings.avoid_seconds),
+            learner=learner,
+            endpoint=endpoint,
+            on_offerings=lambda account, region, wants: offering_metrics.observe_offerings(
+                account, region, offerings(wants)
+            ),
+        ),
+        prices=prices,
+    )
+    reconciler.strays = StraySweep(
+        fleet,
+        lambda credentials, region, ids: cloud.terminate(
+            cloud.cvm(credentials, region, endpoint), ids
+        ),
+        cluster.pool_uids,
+        shards.serves if shards is not None else lambda uid: True,
+        DirectEvents(cluster.core()),  # outside kopf's handlers: no kopf event queue there
+        settings.engine.install_id,
+        settings.engine.orphan_min_age,
+        kept=partial(retained_uids, settings.engine.backend_url),
+        on_swept=metrics.orphans_swept.inc,
+    )
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, reconciler)
+    kopf_settings = kopf.OperatorSettings()
+    handlers.configure(
+        kopf_settings, shards.serves if shards is not None else None, settings.operator_class
+    )
+    if shards is not None:
+        _stop_shards_work(shards, reconciler, settings)
+    where = "all namespaces" if settings.all_namespaces else ", ".join(settings.namespaces)
+    log.info(
+        "serving Spotpools in %s; backend %s; cloud %s; %d operation(s) at once",
+        where,
+        settings.engine.backend_for_display(),
+        settings.engine.cloud_endpoint or "Tencent Cloud",
+        settings.max_concurrent,
+    )
+    kopf_namespaces.install()
+    try:
+        kopf.run(
+            registry=registry,
+            settings=kopf_settings,
+            standalone=True,
+            clusterwide=settings.all_namespaces,
+            namespaces=settings.namespaces,
+            liveness_endpoint=settings.liveness_endpoint(),
+        )
+    finally:
+        reconciler.close()
+
+
+def _stop_shards_work(
+    shards: ShardLeases, reconciler: Reconciler, settings: OperatorSettings
+) -> None:
+    """A shard lost or given up: kill its stacks' runs (plugins too) and forget its pools; the
+    replica count changed: take this replica's share of each account's operations and API
+    rates."""
+
+    def stop(shard: int, uids: list[str]) -> None:  # in the Leases' thread
+        killed = []
+        for uid in uids:
+            stack = shards.stack_of(uid)
+            if stack:
+                killed += kill_runs(stack)
+                forget_stack(stack)  # another replica writes it now: nothing cached holds
+        if killed:
+            log.warning("shard %d: killed runs %s", shard, killed)
+        shards.call_soon(partial(reconciler.drop, uids))
+
+    def replicas(count: int) -> None:  # in the event loop
+        reconciler.replicas_changed(count)
+        limits = settings.rate_limits
+        BUCKETS.configure(limits.model_copy(update={"share": limits.share / max(1, count)}))
+
+    shards.on_stop.append(stop)
+    shards.on_replicas.append(replicas)

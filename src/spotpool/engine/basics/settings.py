@@ -1,0 +1,114 @@
+"""Where stacks live and which cloud they talk to: everything an engine run needs but the spec."""
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, SkipValidation
+
+from spotpool.api.notices import pool_key
+from spotpool.engine.fencing.ownership import Writer
+from spotpool.toolchain.paths import bin_dir
+
+
+def state_root() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "spotpool"
+
+
+def repository_root() -> Path:
+    """The directory holding Pulumi.yaml (the project) — the checkout this package runs from."""
+    return Path(__file__).resolve().parents[4]
+
+
+def passphrase_from_env() -> str | None:
+    """The stacks' passphrase from the environment (SPOTPOOL_PASSPHRASE, else Pulumi's own)."""
+    return os.environ.get("SPOTPOOL_PASSPHRASE") or os.environ.get("PULUMI_CONFIG_PASSPHRASE")
+
+
+class EngineSettings(BaseModel):
+    backend_url: str = Field(description="Pulumi state backend: file://…, s3://… or https://…")
+    passphrase: SecretStr = Field(description="Passphrase of the stacks' secrets provider.")
+    work_root: Path = Field(description="Per-stack workspaces (stack settings files).")
+    project_dir: Path = Field(default_factory=repository_root)
+    cloud_endpoint: str | None = Field(
+        None, description="URL of `spotpool emulator serve`; None means the real Tencent Cloud."
+    )
+    tools_dir: Path = Field(default_factory=bin_dir, description="Where the pulumi CLI is.")
+    writer: Annotated[Writer | None, SkipValidation] = Field(
+        None,
+        exclude=True,
+        description="Who this process is for lock breaking (its Lease); None: by hand.",
+    )
+    operation_timeout: float = Field(
+        1800.0, gt=0, description="Seconds an operation may run before it is killed."
+    )
+
+    install_id: str = Field(
+        "default",
+        min_length=1,
+        max_length=63,
+        description="Names this install on every instance it makes (tag spotpool-install): "
+        "only its own orphans are ever adopted or terminated.",
+    )
+    orphan_min_age: float = Field(
+        900.0, ge=0, description="Seconds before an orphan may be another writer's create."
+    )
+    notice_secret: SecretStr | None = Field(
+        None,
+        description="Key the termination-notice tokens derive from (HMAC per pool, per slot); "
+        "None: derived from the passphrase.",
+    )
+    rate_limit_runs: bool = Field(
+        True,
+        description="Send the provider's API calls inside Pulumi runs through a local proxy "
+        "that takes tokens from the same per-action buckets as the operator's own calls.",
+    )
+    history_keep: int = Field(
+        10, ge=0, description="Updates kept in each stack's history (0: keep all)."
+    )
+    secrets_provider: Literal["passphrase", "keyserver"] = Field(
+        "passphrase",
+        description="New stacks' secrets provider: `passphrase` (Pulumi's: every CLI run "
+        "derives the key) or `keyserver` (`hashivault://spotpool`: a run asks this process's "
+        "key service on loopback for the stack's data key; engine/state/keyserver.py).",
+    )
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    @classmethod
+    def from_env(cls) -> "EngineSettings":
+        state = state_root()
+        passphrase = passphrase_from_env()
+        if not passphrase:
+            raise ValueError(
+                "no secrets passphrase: set SPOTPOOL_PASSPHRASE (or PULUMI_CONFIG_PASSPHRASE)"
+            )
+        backend = os.environ.get("SPOTPOOL_BACKEND_URL") or f"file://{state / 'backend'}"
+        return cls(
+            backend_url=backend,
+            passphrase=SecretStr(passphrase),
+            work_root=Path(os.environ.get("SPOTPOOL_WORK_DIR") or state / "workspaces"),
+            cloud_endpoint=os.environ.get("SPOTPOOL_CLOUD_ENDPOINT") or None,
+            secrets_provider=os.environ.get("SPOTPOOL_SECRETS_PROVIDER") or "passphrase",
+            # The operator's own variable: a preview of its stacks tags instances as it does.
+            install_id=os.environ.get("SPOTPOOL_INSTALL_ID") or "default",
+        )
+
+    def notice_key(self, pool_uid: str) -> str:
+        """The pool's notice key (its stack holds it as a secret; tokens derive from it)."""
+        if self.notice_secret is not None:
+            secret = self.notice_secret.get_secret_value().encode()
+        else:
+            salted = b"spotpool-notices:" + self.passphrase.get_secret_value().encode()
+            secret = hashlib.sha256(salted).digest()
+        return pool_key(secret, pool_uid)
+
+    def backend_for_display(self) -> str:
+        """The backend URL without any userinfo or query (which may carry credentials)."""
+        scheme, sep, rest = self.backend_url.partition("://")
+        if not sep:
+            return self.backend_url
+        host_and_path = rest.rsplit("@", 1)[-1].split("?", 1)[0]
+        return f"{scheme}://{host_and_path}"

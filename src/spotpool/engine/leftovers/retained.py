@@ -1,0 +1,56 @@
+"""What a deletion with deletionPolicy Retain keeps, marked so that the sweep of deleted pools'
+instances (operator strays.py) never takes it: the pool's uid in the state backend
+(`.spotpool/retained/<uid>.json`, read by every replica, needs no cloud key), and each kept
+instance tagged `spotpool-retained` (seen in the console, and by the sweep of any install).
+"""
+
+import json
+from datetime import UTC, datetime
+
+from spotpool.engine.basics.errors import EngineError
+from spotpool.engine.basics.stack_view import StackView
+from spotpool.engine.leftovers.orphans import GONE_STATES
+from spotpool.engine.state.backend_files import open_backend
+from spotpool.engine.tencent import cloud
+
+PREFIX = ".spotpool/retained/"
+
+
+def mark_retained(pool: StackView) -> list[str]:
+    """Mark the pool as kept: its uid in the backend, then its live instances of this install
+    tagged, when its key pair works. Notes on what could not be done; raises when nothing at
+    all marks it (no backend of ours and no working key pair): the sweep would take them."""
+    when = datetime.now(UTC).isoformat(timespec="seconds")
+    files = open_backend(pool.settings.backend_url)
+    if files is not None:
+        record = {"uid": pool.pool.uid, "stack": pool.name, "retained": when}
+        files.write(f"{PREFIX}{pool.pool.uid}.json", json.dumps(record).encode())
+    try:
+        client = cloud.cvm(pool.credentials, pool.region, pool.settings.cloud_endpoint)
+        kept = [
+            i.instance_id
+            for i in cloud.pool_instances(client, pool.pool.uid)
+            if i.state not in GONE_STATES and i.install in (None, pool.settings.install_id)
+        ]
+        cloud.mark_retained(client, kept, when)
+    except Exception as error:
+        if files is None:
+            raise EngineError(
+                f"could not tag the instances of stack {pool.name} as retained ({error}) and "
+                "the backend keeps no record of ours: restore the pool's key pair"
+            ) from error
+        return [f"instances not tagged as retained ({type(error).__name__}); the backend "
+                "records the pool as retained"]  # fmt: skip
+    return []
+
+
+def retained_uids(backend_url: str) -> set[str]:
+    """The uids of the pools deleted with Retain, as the backend records them."""
+    files = open_backend(backend_url)
+    if files is None:
+        return set()
+    return {
+        key.rsplit("/", 1)[-1].removesuffix(".json")
+        for key in files.keys(PREFIX)
+        if key.endswith(".json")
+    }
