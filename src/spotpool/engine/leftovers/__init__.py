@@ -1,0 +1,8 @@
+"""What a killed run or a deletion leaves behind: the repair before the next operation (stale
+locks, pending operations, instances created but never recorded), the pure decision over a
+pool's orphans, and the instances a Retain deletion keeps.
+
+May import: state, basics, fencing, tencent (the layers of spotpool.engine: pyproject.toml,
+[tool.importlinter], checked by `lint-imports`). Outside the engine: spotpool.api and
+spotpool.toolchain; never the operator or kopf.
+"""
