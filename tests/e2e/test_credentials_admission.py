@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from spotpool.localworld.emulator import wait_until
 from spotpool.localworld.kube import Kube
 
 pytestmark = pytest.mark.e2e
@@ -23,11 +24,22 @@ def _manifest(name: str, keys: bool, **spec: object) -> str:
     return json.dumps(manifest)
 
 
+def _explain(kube: Kube, field: str) -> str:
+    """`kubectl explain`, once the API server publishes the CRD's schema again (another module
+    on this cluster may have just re-applied the CRD: discovery lags it by a moment)."""
+
+    def answered() -> str | None:
+        done = kube.run("explain", field)
+        return done.stdout if done.returncode == 0 else None
+
+    return wait_until(answered, f"kubectl explain {field}", timeout=60, every=1)
+
+
 def test_kubectl_explain_describes_the_credential_forms(kube: Kube) -> None:
-    assert "CAM role to assume" in kube.ok("explain", "spotpool.spec.assumeRole")
-    assert "900 to 43200" in kube.ok("explain", "spotpool.spec.assumeRole.durationSeconds")
-    assert "AssumeRoleWithWebIdentity" in kube.ok("explain", "spotpool.spec.useOperatorIdentity")
-    assert "STS token" in kube.ok("explain", "spotpool.spec.credentialsSecretRef.tokenKey")
+    assert "CAM role to assume" in _explain(kube, "spotpool.spec.assumeRole")
+    assert "900 to 43200" in _explain(kube, "spotpool.spec.assumeRole.durationSeconds")
+    assert "AssumeRoleWithWebIdentity" in _explain(kube, "spotpool.spec.useOperatorIdentity")
+    assert "STS token" in _explain(kube, "spotpool.spec.credentialsSecretRef.tokenKey")
 
 
 def test_the_three_forms_are_admitted(kube: Kube) -> None:

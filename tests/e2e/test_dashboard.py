@@ -64,6 +64,9 @@ def test_the_dashboard_queries_only_what_the_running_operator_exports(
     world.wait_until(replaced, "the reclaimed instance's replacement")
     world.wait_until(lambda: world.status(ns, "keyless").get("phase") == "Degraded", "Degraded")
 
+    # The learned rates are exported when the learner syncs its counts (every 30 s).
+    learned = "spotpool_offering_interruption_rate{"
+    world.wait_until(lambda: learned in world.metrics(), "the learned rate exported", 120)
     text = world.metrics()
     assert problems(json.loads(DASHBOARD.read_text()), exposed(text)) == []
     reclaimed = {"namespace": ns, "pool": "watched", "zone": "ap-singapore-2",

@@ -22,6 +22,7 @@ from tests.conftest import require_tool
 from tests.e2e import installs
 from tests.e2e._support.install_checks import (
     CRDS,
+    INTERRUPTIONS,
     LEASES,
     NAMESPACES,
     POOLS,
@@ -131,7 +132,11 @@ def test_an_install_for_some_namespaces_grants_rights_only_there(
     for ns in ("other", "default", "kube-system", "pools-system"):  # its own namespace too
         for verb, resource in (("get", "secrets"), ("list", POOLS), ("create", "events")):
             assert not installs.can(private_cluster, account, verb, resource, "-n", ns), (verb, ns)
-        lease = {(LEASES, "get list create update delete")} if ns == "pools-system" else set()
+        lease = (
+            {(LEASES, "get list create update delete"), *INTERRUPTIONS}
+            if ns == "pools-system"
+            else set()
+        )
         assert installs.granted(private_cluster, account, ns) == {
             (CRDS, "get list watch"), NAMESPACES, *lease,
         }  # fmt: skip

@@ -22,6 +22,7 @@ from tests.e2e._support.install_checks import (
     CHART,
     CRD,
     CRDS,
+    INTERRUPTIONS,
     LEASES,
     NAMESPACES,
     POOLS,
@@ -145,7 +146,7 @@ def test_helm_installs_upgrades_and_uninstalls_with_least_privilege(private_clus
     for ns in ("other", "default", "spotpool-system"):
         for verb, resource in (("get", "secrets"), ("list", POOLS), ("create", "events")):
             assert not installs.can(private_cluster, account, verb, resource, "-n", ns), (verb, ns)
-        lease = {(LEASES, lease_verbs)} if ns == "spotpool-system" else set()
+        lease = {(LEASES, lease_verbs), *INTERRUPTIONS} if ns == "spotpool-system" else set()
         assert installs.granted(private_cluster, account, ns) == {
             (CRDS, "get list watch"), NAMESPACES, *lease,
         }  # fmt: skip

@@ -21,14 +21,24 @@ from tests.operator.world import OperatorWorld, pool_manifest
 pytestmark = pytest.mark.e2e
 TYPE = "S5.MEDIUM2"
 CHEAP, DEAR = "ap-singapore-3", "ap-singapore-2"
-CONFIGMAP = "spotpool-operator-interruptions"
+LEASE = "learned-placement"  # a Lease of its own: other modules' operators share this cluster
+CONFIGMAP = f"{LEASE}-interruptions"
 
 
 @pytest.fixture(scope="module")
 def world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorWorld]:
     directory = tmp_path_factory.mktemp("learned")
     with operator_world(
-        kube, directory, refresh_seconds=10, env={"SPOTPOOL_AVOID_FOR": "0"}
+        kube,
+        directory,
+        refresh_seconds=10,
+        env={
+            "SPOTPOOL_AVOID_FOR": "0",
+            # The install's namespace: the counts live in its ConfigMap, beside its Lease.
+            "SPOTPOOL_LEASE_NAMESPACE": "default",
+            "SPOTPOOL_LEASE_NAME": LEASE,
+            "SPOTPOOL_LEASE_DURATION": "5s",  # the restarted operator takes it at once
+        },
     ) as world:
         yield world
 
@@ -108,7 +118,7 @@ def test_learned_rates_move_new_slots_to_the_calm_zone_and_survive_a_restart(
     listed = subprocess.run(
         [str(SPOTPOOL), "offerings", "--region", "ap-singapore", "--zone", CHEAP, "--zone", DEAR,
          "--instance-type", TYPE, "--cloud-endpoint", world.emulator.endpoint,
-         "--lease-namespace", "default", "--output", "json"],
+         "--lease-namespace", "default", "--lease-name", LEASE, "--output", "json"],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert listed.returncode == 0, listed.stderr

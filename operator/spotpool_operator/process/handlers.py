@@ -42,7 +42,6 @@ RESOURCE = (GROUP, VERSION, PLURAL)
 BLOCKING_THREADS = 32  # the event loop's pool for blocking calls (Secrets, status, SDK)
 PREFIX = GROUP  # annotations and the finalizer carry the API group, not kopf's
 Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
-log = logging.getLogger(__name__)
 
 
 def _retry_or_stop(problem: PoolProblem, delay: float) -> kopf.TemporaryError | kopf.PermanentError:

@@ -21,7 +21,12 @@ from spotpool_operator.basics.settings import OperatorSettings
 from spotpool_operator.cloud.capacity import Capacity, CapacitySettings, stock_lister
 from spotpool_operator.cloud.cost import PriceBook, price_lister
 from spotpool_operator.cloud.fleet import FleetProbe
-from spotpool_operator.cloud.interruptions import ConfigMapStore, Learner, LearnerSettings
+from spotpool_operator.cloud.interruptions import (
+    ConfigMapStore,
+    Learner,
+    LearnerSettings,
+    MemoryStore,
+)
 from spotpool_operator.cloud.strays import StraySweep
 from spotpool_operator.process import handlers, kopf_namespaces
 from spotpool_operator.process.cloudcheck import cloud_lookup
@@ -77,12 +82,17 @@ def run(settings: OperatorSettings) -> None:
 
     prices = PriceBook(price_lister(endpoint))
     offering_metrics = OfferingMetrics(metrics.registry)
-    learner = Learner(
+    # Beside the install's Leases; run by hand with no Lease namespace, there is no install to
+    # share the counts with (nor rights to a ConfigMap): they are kept in memory.
+    store = (
         ConfigMapStore(
-            cluster.core(),
-            settings.lease_namespace or "default",
-            f"{settings.lease_name}-interruptions",
-        ),
+            cluster.core(), settings.lease_namespace, f"{settings.lease_name}-interruptions"
+        )
+        if settings.lease_namespace
+        else MemoryStore()
+    )
+    learner = Learner(
+        store,
         writer=host,  # a pod's name: each replica writes its own key of the ConfigMap
         settings=LearnerSettings(half_life=settings.interruption_half_life),
         on_sync=offering_metrics.observe_learned,

@@ -26,6 +26,9 @@ LEASES = "leases.coordination.k8s.io"
 
 
 NAMESPACES = ("namespaces", "list watch")  # kopf, when it serves some namespaces
+# In its own namespace beside its Leases: the learned interruption counts' ConfigMap (created
+# once, then only that one name read and written).
+INTERRUPTIONS = {("configmaps", "create"), ("configmaps", "get update")}
 
 
 def namespaces(kube: Kube, *names: str) -> None:
