@@ -43,12 +43,26 @@ def test_a_replica_never_launches_for_a_pool_whose_shard_it_gave_up(replicas: Re
     names = [f"pool-{i}" for i in range(POOLS)]
     apply_pools(a, ns, names)
     pools = {n: a.wait_ready(ns, n, 1, timeout=300) for n in names}
+    while len({shard_of(p["metadata"]["uid"], SHARDS) for p in pools.values()}) < SHARDS:
+        name = f"pool-{len(names)}"  # a pool in each shard, whichever C takes
+        apply_pools(a, ns, [name])
+        names.append(name)
+        pools[name] = a.wait_ready(ns, name, 1, timeout=300)
     uids = {n: p["metadata"]["uid"] for n, p in pools.items()}
     victims = [i["instanceId"] for p in pools.values() for i in p["status"]["instances"]]
 
+    # C starts now, its connection to the API server held: it joins the moment it is let
+    # through, not a process start later, while all but A's first launches still wait.
+    proxy, proxied = replicas.proxy("c")
+    proxy.stalled.set()
+    c = replicas.start("c", {"KUBECONFIG": str(proxied)}, wait=False)
     emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": victims})
-    a.wait_until(lambda: _fast_launches(emulator), "A's first fast launch", 60)
-    c = replicas.start("c")  # joins while A's other launches wait at the bucket
+    a.wait_until(
+        lambda: a.log.read_text(errors="replace").count("launch_replacements of") >= len(names),
+        "A's fast launches under way", 60,
+    )  # fmt: skip
+    proxy.stalled.clear()
+    c.wait_until(c.alive, "C's liveness endpoint", 60)
     c.wait_until(lambda: "-shard-" in c.log.read_text(errors="replace"),
                  "C holding a shard", 60)  # fmt: skip
     gone = set(victims)
@@ -65,7 +79,7 @@ def test_a_replica_never_launches_for_a_pool_whose_shard_it_gave_up(replicas: Re
     # Each of A's launches ends with a line of its own: launched, or refused.
     ended = re.compile(r"launched ahead|fast launch of slot")
     a.wait_until(
-        lambda: len(ended.findall(a.log.read_text(errors="replace"))) >= POOLS,
+        lambda: len(ended.findall(a.log.read_text(errors="replace"))) >= len(names),
         "every one of A's fast launches over", 180,
     )  # fmt: skip
 

@@ -85,17 +85,18 @@ class OperatorWorld:
     def log(self) -> Path:
         return self.directory / "operator.log"
 
-    def start(self) -> None:
-        """Start the operator and wait for its liveness endpoint; a probe port another process
-        took between our pick and its bind gets one more try on fresh ports."""
+    def start(self, wait: bool = True) -> None:
+        """Start the operator and wait for its liveness endpoint (unless not `wait`: it comes
+        up only once the operator reaches the API server); a probe port another process took
+        between our pick and its bind gets one more try on fresh ports."""
         try:
-            self._start()
+            self._start(wait)
         except AssertionError as error:
             if "address already in use" not in str(error):
                 raise
-            self._start()
+            self._start(wait)
 
-    def _start(self) -> None:
+    def _start(self, wait: bool) -> None:
         self.metrics_port, self.liveness_port = free_port(), free_port()
         self.starts += 1
         env = {
@@ -130,7 +131,8 @@ class OperatorWorld:
                 env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 start_new_session=True,  # its own group: a kill takes pulumi and plugins too
             )  # fmt: skip
-        self.wait_until(self.alive, "the operator's liveness endpoint", timeout=60)
+        if wait:
+            self.wait_until(self.alive, "the operator's liveness endpoint", timeout=60)
 
     def alive(self) -> bool:
         assert self.process is not None

@@ -42,8 +42,11 @@ class Replicas:
     killed: dict[str, float] = field(default_factory=dict)  # name -> time.time() of the kill
     proxies: list[StallProxy] = field(default_factory=list)
 
-    def start(self, name: str, env: dict[str, str] | None = None) -> OperatorWorld:
-        """Start replica `name` (its own directory, log and hostname) with `env` on top."""
+    def start(
+        self, name: str, env: dict[str, str] | None = None, wait: bool = True
+    ) -> OperatorWorld:
+        """Start replica `name` (its own directory, log and hostname) with `env` on top; with
+        not `wait`, return before it answers its liveness probe."""
         directory = self.directory / name
         directory.mkdir()
         world = OperatorWorld(
@@ -53,7 +56,7 @@ class Replicas:
             backend_env=self.backend_env, namespace_prefix=self.namespace_prefix,
             env={**self.env, **(env or {})},
         )  # fmt: skip
-        world.start()
+        world.start(wait)
         self.replicas[name] = world
         return world
 
