@@ -102,10 +102,27 @@ def test_a_failed_sweep_tells_nothing_and_reports_failure() -> None:
 def test_the_tick_follows_the_budget_not_the_pool_count() -> None:
     probe = FleetProbe(FakeCloud().list, ProbeSettings(budget=1.0, min_tick=1.0))
     probe.watch("a", KEYS, "r1", {}, lambda _: None)
-    assert probe.tick() == 1.0  # a small fleet: every second
-    next(iter(probe._groups.values())).instances = 2000  # 20 pages of 100
-    assert probe.tick() == pytest.approx(20**0.5)  # every 4.5 s: 13 calls a minute
-    assert 60 / probe.tick() <= 20
+    (group,) = probe._groups.values()
+    assert probe.tick(group) == 1.0  # a small fleet: every second
+    group.instances = 2000  # 20 pages of 100
+    assert probe.tick(group) == pytest.approx(20**0.5)  # every 4.5 s: 13 calls a minute
+    assert 60 / probe.tick(group) <= 20
+
+
+def test_each_account_has_a_budget_of_its_own() -> None:
+    """The cloud's limits are per account and region: a second account's fleet neither
+    slows the first's looks nor spends its saved calls."""
+    probe = FleetProbe(FakeCloud().list, ProbeSettings(budget=1.0, min_tick=1.0))
+    other = Credentials.model_validate({"secret_id": "AKIDother", "secret_key": "k"})
+    probe.watch("a", KEYS, "r1", {}, lambda _: None)
+    probe.watch("b", other, "r1", {}, lambda _: None)
+    first, second = probe._groups.values()
+    first.instances = second.instances = 2000
+    assert probe.tick(first) == probe.tick(second) == pytest.approx(20**0.5)
+    now = first.saved_at + 60.0  # both quiet for a minute: a sweep each saved up
+    assert probe.pay(first, 21, now) == 0.0
+    assert probe.pay(second, 21, now) == 0.0  # the first's storm sweep took nothing of it
+    assert probe.pay(first, 21, now) == pytest.approx(21.0)
 
 
 def big_fleet(cloud: FakeCloud, pools: int) -> dict[str, dict[int, str]]:
@@ -251,18 +268,19 @@ def test_every_code_the_emulator_answers_is_classified(code: str) -> None:
 def test_a_quiet_fleet_saves_up_a_sweep_and_a_burst_of_sweeps_pays_it_back() -> None:
     probe = FleetProbe(FakeCloud().list, ProbeSettings(budget=1.0, min_tick=1.0))
     probe.watch("a", KEYS, "r1", {}, lambda _: None)
-    next(iter(probe._groups.values())).instances = 2000  # a sweep: 20 calls
-    now = probe._saved_at
-    assert probe.pay(21, now) == pytest.approx(21.0)  # nothing saved yet: 21 s to pay back
+    (group,) = probe._groups.values()
+    group.instances = 2000  # a sweep: 20 calls
+    now = group.saved_at
+    assert probe.pay(group, 21, now) == pytest.approx(21.0)  # nothing saved: 21 s to pay back
     now += 21.0
     for _ in range(1, 20):  # a quiet fleet: one count a tick (4.5 s)
-        now += probe.tick()
-        assert probe.pay(1, now) == 0.0
-    now += probe.tick()
-    assert probe.pay(21, now) == 0.0  # the storm's sweep goes at once...
-    assert probe.pay(21, now) == pytest.approx(21.0)  # ...the next waits for it to be paid
+        now += probe.tick(group)
+        assert probe.pay(group, 1, now) == 0.0
+    now += probe.tick(group)
+    assert probe.pay(group, 21, now) == 0.0  # the storm's sweep goes at once...
+    assert probe.pay(group, 21, now) == pytest.approx(21.0)  # ...the next waits to be paid
     calls, start = 0, now
     while now - start < 600:  # sweeping as often as allowed: the budget holds on average
-        now += max(probe.tick(), probe.pay(21, now))
+        now += max(probe.tick(group), probe.pay(group, 21, now))
         calls += 21
     assert calls / (now - start) <= 1.0 + 21 / 600

@@ -8,8 +8,11 @@ a state filter, whatever its size) and swept page by page only when the count mo
 instances changed since the last sweep, so 2,000 idle instances cost one call a tick, not 20.
 The tick comes from an API budget, not from the pools: max(min_tick, √pages / budget) seconds,
 so a small fleet is looked at every second and 2,000 instances every 4.5 s (13 calls a minute
-at the default budget). Calls not spent while the fleet is quiet are saved, up to one sweep of
-it: the sweep a storm calls for goes at once, and the pauses after it pay it back. A throttled
+at the default budget). The budget is per group, as the cloud's limits are per account and
+region: pools spread over four accounts are looked at as often as one account's, each group on
+its own schedule, the groups due at once looked at together. Calls not spent while a group is
+quiet are saved, up to one sweep of it: the sweep a storm calls for goes at once, and the
+pauses after it pay it back. A throttled
 or failed look backs off; it never turns into anything more expensive. Blind spot: a loss and
 an unrelated creation by another writer between two counts keep the count equal; the next sweep
 (any pool's change) or the pool's own timer finds it.
@@ -55,6 +58,15 @@ class _Group:
     verified: float = 0.0  # monotonic time of the last look that found nothing unreported
     failures: int = 0  # failed looks in a row
     failed_at: float = 0.0  # monotonic time of the last failed look
+    # Calls saved up while the group was quiet (at most one sweep of it and a count), so the
+    # sweep a reclaim calls for goes at once instead of after the last one's pause.
+    saved: float = 0.0
+    saved_at: float = field(default_factory=time.monotonic)
+    due: float = 0.0  # monotonic time of its next look
+    calls: int = 0  # DescribeInstances calls its looks made
+
+    def spent(self, calls: int) -> None:
+        self.calls += calls
 
     @property
     def pages(self) -> int:
@@ -63,7 +75,9 @@ class _Group:
 
 class ProbeSettings(BaseModel):
     budget: float = Field(
-        1.0, ge=0, description="DescribeInstances calls a second for all looks (of 40/s)."
+        1.0,
+        ge=0,
+        description="DescribeInstances calls a second per key pair (account) and region (of 40/s).",
     )
     min_tick: float = Field(1.0, gt=0, description="Never look more often than this.")
     max_backoff: float = Field(60.0, gt=0, description="Longest pause after failed looks.")
@@ -85,10 +99,6 @@ class FleetProbe:
         self.counts = 0
         self.calls = 0  # DescribeInstances calls, in all
         self.failures = 0
-        # Calls saved up while the fleet was quiet (at most one whole sweep of every group),
-        # so the sweep a reclaim calls for goes at once instead of after the last one's pause.
-        self._saved = 0.0
-        self._saved_at = time.monotonic()
 
     # --- what pools do ---------------------------------------------------------------------
 
@@ -123,44 +133,48 @@ class FleetProbe:
 
     # --- the loop --------------------------------------------------------------------------
 
-    def tick(self) -> float:
-        """Seconds between looks: √pages / budget, at least min_tick. A look at a large fleet
-        costs one call (a count), so the budget alone would look as often as at a small one;
-        the square root keeps a 2,000-instance fleet within 20 calls a minute while a reclaim
-        is still seen within seconds."""
-        pages = sum(group.pages for group in self._groups.values())
-        return max(self.settings.min_tick, math.sqrt(pages) / self.settings.budget)
+    def tick(self, group: _Group) -> float:
+        """Seconds between a group's looks: √pages / budget, at least min_tick. A look at a
+        large fleet costs one call (a count), so the budget alone would look as often as at a
+        small one; the square root keeps a 2,000-instance fleet within 20 calls a minute while
+        a reclaim is still seen within seconds."""
+        return max(self.settings.min_tick, math.sqrt(group.pages) / self.settings.budget)
 
     async def run(self) -> None:
-        """Look until cancelled; a round that spent more calls than were saved up waits until
-        they are paid back (the budget holds on average), a failed one backs off."""
-        failures = 0
+        """Look until cancelled: every group whose turn came, together; a look that spent more
+        calls than its group saved up waits until they are paid back (the budget holds on
+        average), a failed one backs off. Wakes at least every min_tick for new groups."""
         while True:
-            started, calls = time.monotonic(), self.calls
-            failed = False
-            for key, group in list(self._groups.items()):
-                if not await self.look(key, group):
-                    failed = True
-            failures = failures + 1 if failed else 0
-            owed = self.pay(self.calls - calls)
-            pause = max(self.tick(), owed) + self.backoff(failures)
-            await asyncio.sleep(max(0.0, pause - (time.monotonic() - started)))
+            now = time.monotonic()
+            due = [(key, g) for key, g in list(self._groups.items()) if g.due <= now]
+            await asyncio.gather(*(self._turn(key, group) for key, group in due))
+            soonest = min((g.due for g in self._groups.values()), default=math.inf)
+            wait = min(self.settings.min_tick, soonest - time.monotonic())
+            await asyncio.sleep(max(0.0, wait))
 
-    def pay(self, calls: int, now: float | None = None) -> float:
-        """Take `calls` from the calls saved at `budget` a second (at most one sweep of every
-        group and a count); the seconds until what is owed is paid back (0: nothing owed)."""
+    async def _turn(self, key: tuple[str, str, str], group: _Group) -> None:
+        started, calls = time.monotonic(), group.calls
+        await self.look(key, group)
+        owed = self.pay(group, group.calls - calls)
+        group.due = started + max(self.tick(group), owed) + self.backoff(group.failures, group)
+
+    def pay(self, group: _Group, calls: int, now: float | None = None) -> float:
+        """Take `calls` from the calls the group saved at `budget` a second (at most one sweep
+        of it and a count); the seconds until what is owed is paid back (0: nothing owed)."""
         now = time.monotonic() if now is None else now
         budget = self.settings.budget
-        most = sum(group.pages for group in self._groups.values()) + len(self._groups)
-        self._saved = min(most, self._saved + (now - self._saved_at) * budget) - calls
-        self._saved_at = now
-        return max(0.0, -self._saved / budget)
+        most = group.pages + 1
+        group.saved = min(most, group.saved + (now - group.saved_at) * budget) - calls
+        group.saved_at = now
+        return max(0.0, -group.saved / budget)
 
-    def backoff(self, failures: int) -> float:
-        """Pause after `failures` failed looks in a row: two ticks, doubling, capped."""
+    def backoff(self, failures: int, group: _Group | None = None) -> float:
+        """Pause after `failures` failed looks in a row: two ticks (of `group`, or of a
+        one-page one), doubling, capped."""
         if failures <= 0:
             return 0.0
-        doubled = 2 * self.tick() * 2.0 ** min(failures - 1, 16)
+        tick = self.tick(group) if group is not None else self.settings.min_tick
+        doubled = 2 * tick * 2.0 ** min(failures - 1, 16)
         return min(self.settings.max_backoff, doubled)
 
     def failing(self, uid: str) -> float:
@@ -171,7 +185,8 @@ class FleetProbe:
         group = self._groups.get(key) if key else None
         if group is None or not group.failures:
             return 0.0
-        return max(0.0, group.failed_at + self.backoff(group.failures) - time.monotonic())
+        backoff = self.backoff(group.failures, group)
+        return max(0.0, group.failed_at + backoff - time.monotonic())
 
     async def look(self, key: tuple[str, str, str], group: _Group) -> bool:
         """Count when that says enough, sweep otherwise. False when the cloud did not answer."""
@@ -184,6 +199,7 @@ class FleetProbe:
             return self._failed(group, error)
         self.counts += 1
         self.calls += 1
+        group.spent(1)
         if counted != group.counted or group.changed:
             return await self.sweep(key, group)
         group.verified, group.failures = started, 0
@@ -198,7 +214,9 @@ class FleetProbe:
             group.changed = True
             return self._failed(group, error)
         self.sweeps += 1
-        self.calls += max(1, math.ceil(len(found) / PAGE))
+        pages = max(1, math.ceil(len(found) / PAGE))
+        self.calls += pages
+        group.spent(pages)
         group.instances = len(found)
         group.counted = sum(1 for item in found if item.state in COUNTED_STATES)
         alive: dict[str, set[str]] = {}
