@@ -88,14 +88,17 @@ def test_cloud_calls_failures_and_token_buckets_are_exported_without_key_pairs()
         bucket = buckets.bucket(secret_id, "ap-singapore", "DescribeInstances")
         bucket.reserve()
     buckets.bucket("AKIDone", "ap-singapore", "DescribeInstances").reserve()
+    buckets.bucket("200000000001", "ap-singapore", "DescribeInstances")  # an assumed role's
     metrics.observe_cloud_call("DescribeInstances", "ok")
     metrics.observe_cloud_call("DescribeInstances", "throttled")
     metrics.observe_failure("up", "ResourceInsufficient")
 
-    where = {"region": "ap-singapore", "action": "DescribeInstances"}
+    where = {"account": "", "region": "ap-singapore", "action": "DescribeInstances"}
     fill = _value(metrics, "spotpool_cloud_api_bucket_fill_ratio", **where)
     assert fill is not None and fill < 0.1  # the emptier key pair's bucket: 2 of 2 taken
     assert _value(metrics, "spotpool_cloud_api_bucket_wait_seconds_total", **where) is not None
+    role = {**where, "account": "200000000001"}  # the role's account, apart: untouched
+    assert _value(metrics, "spotpool_cloud_api_bucket_fill_ratio", **role) == 1.0
     calls = "spotpool_cloud_api_calls_total"
     assert _value(metrics, calls, action="DescribeInstances", result="throttled") == 1
     assert _value(metrics, "spotpool_failures_total", kind="up", reason="ResourceInsufficient")

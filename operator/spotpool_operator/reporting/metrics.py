@@ -76,9 +76,10 @@ class _CapacityGap(Collector):
 
 
 class _TokenBuckets(Collector):
-    """The token buckets of cloud API calls (engine/tencent/ratelimit.py), per region and action; a
-    key pair is never a label (its SecretId is a credential): the emptiest bucket and the summed
-    waits of all key pairs are shown."""
+    """The token buckets of cloud API calls (engine/tencent/ratelimit.py), per account, region and
+    action. An assumed role's bucket is its account's (a uin, not a secret: the `account` label);
+    a key pair is never a label (its SecretId is a credential): the key pairs' buckets are shown
+    under `account=""`, the emptiest bucket and the summed waits of them all."""
 
     def __init__(self, buckets: Buckets) -> None:
         self._buckets = buckets
@@ -86,20 +87,20 @@ class _TokenBuckets(Collector):
     def collect(self) -> Iterator[Metric]:
         fill = GaugeMetricFamily(
             "spotpool_cloud_api_bucket_fill_ratio",
-            "Share of the token bucket's burst available now (0: calls wait), lowest over key "
-            "pairs, by region and action.",
-            labels=["region", "action"],
+            "Share of the token bucket's burst available now (0: calls wait), by account (an "
+            "assumed role's; empty: the lowest over key pairs), region and action.",
+            labels=["account", "region", "action"],
         )
         waited = CounterMetricFamily(
             "spotpool_cloud_api_bucket_wait_seconds",
             "Seconds calls waited for a token of their bucket (Spotpool's own throttling), by "
-            "region and action.",
-            labels=["region", "action"],
+            "account (an assumed role's; empty: key pairs), region and action.",
+            labels=["account", "region", "action"],
         )
-        lowest: dict[tuple[str, str], float] = {}
-        waits: dict[tuple[str, str], float] = {}
-        for (_, region, action), bucket in self._buckets.all().items():
-            key = (region, action)
+        lowest: dict[tuple[str, str, str], float] = {}
+        waits: dict[tuple[str, str, str], float] = {}
+        for (owner, region, action), bucket in self._buckets.all().items():
+            key = (owner if owner.isdigit() else "", region, action)  # a uin; never a SecretId
             lowest[key] = min(lowest.get(key, 1.0), bucket.fill())
             waits[key] = waits.get(key, 0.0) + bucket.waited
         for key in sorted(lowest):
