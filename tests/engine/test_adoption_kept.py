@@ -15,8 +15,7 @@ from spotpool.api.stackconfig import PoolIdentity
 from spotpool.engine.basics.errors import EngineError
 from spotpool.engine.launches import fast_launch
 from spotpool.engine.stacks.stack import PoolStack
-from spotpool.localworld.emulator import wait_until
-from tests.engine._support.fast_launch import preview_expecting_no_changes
+from tests.engine._support.fast_launch import preview_expecting_no_changes, up_and_reclaim
 from tests.engine.conftest import REGION, EngineWorld
 
 pytestmark = pytest.mark.integration
@@ -43,9 +42,7 @@ def test_an_instance_adopted_by_a_failed_up_is_not_reset_by_the_next(
 ) -> None:
     stack = _pool(world)
     config = world.config(stack, 2, **user_data)
-    first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
-    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[1]]})
-    wait_until(lambda: first[1] not in world.cloud_instances(stack), "the reclaim", timeout=30)
+    up_and_reclaim(world, stack, config, 1)
     launched = fast_launch.launch_replacements(stack, config, [1], login_password=PASSWORD)
     fast_id = launched.instances[1]
 

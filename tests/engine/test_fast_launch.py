@@ -27,6 +27,7 @@ from tests.engine._support.fast_launch import (
     pool_stack,
     preview_expecting_no_changes,
     storm_config,
+    up_and_reclaim,
 )
 from tests.engine.conftest import REGION, EngineWorld
 
@@ -130,9 +131,7 @@ def test_a_retry_or_a_restart_with_the_same_intent_launches_nothing_new(
 ) -> None:
     stack = pool_stack(world)
     config = storm_config(world, stack, 2)
-    first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
-    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[0]]})
-    wait_until(lambda: first[0] not in pool_instances(world, stack), "the reclaim", timeout=30)
+    first = up_and_reclaim(world, stack, config, 0)
 
     once = fast_launch.launch_replacements(stack, config, [0], login_password=PASSWORD)
     twice = fast_launch.launch_replacements(stack, config, [0], login_password=PASSWORD)
@@ -163,9 +162,7 @@ def test_a_kill_between_launch_and_its_reply_still_leaves_one_instance_per_slot(
     instance by its tags (the slot a dead launch was filling), never makes a second."""
     stack = pool_stack(world)
     config = storm_config(world, stack, 2)
-    first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
-    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[1]]})
-    wait_until(lambda: first[1] not in pool_instances(world, stack), "the reclaim", timeout=30)
+    first = up_and_reclaim(world, stack, config, 1)
     (fast_id,) = fast_launch.launch_replacements(stack, config, [1], PASSWORD).instances.values()
     intent = launch_intents.read_intent(stack)
     intent.slots[1].instance_id = None  # as if killed before the cloud's reply arrived
@@ -213,9 +210,7 @@ def test_a_storm_within_the_clouds_request_limits_launches_every_slot_once(
 def test_destroy_terminates_a_fast_path_instance_not_adopted_yet(world: EngineWorld) -> None:
     stack = pool_stack(world)
     config = storm_config(world, stack, 2)
-    first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
-    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[1]]})
-    wait_until(lambda: first[1] not in pool_instances(world, stack), "the reclaim", timeout=30)
+    up_and_reclaim(world, stack, config, 1)
     (fast_id,) = fast_launch.launch_replacements(stack, config, [1], PASSWORD).instances.values()
 
     stack.refresh()  # the reclaimed instance leaves the state (a destroy would not find it)
@@ -271,9 +266,7 @@ def test_the_intent_lives_in_an_s3_backend_beside_the_stack(s3_world: EngineWorl
     world = s3_world
     stack = pool_stack(world)
     config = storm_config(world, stack, 2)
-    first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
-    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[0]]})
-    wait_until(lambda: first[0] not in pool_instances(world, stack), "the reclaim", timeout=30)
+    first = up_and_reclaim(world, stack, config, 0)
     (fast_id,) = fast_launch.launch_replacements(stack, config, [0], PASSWORD).instances.values()
     files = open_backend(world.settings.backend_url)
     assert files is not None

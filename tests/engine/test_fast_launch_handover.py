@@ -5,8 +5,13 @@ is adopted by this replica's `replace_slots`, never duplicated by a Pulumi creat
 import pytest
 
 from spotpool.engine.launches import fast_launch, launch_intents
-from spotpool.localworld.emulator import wait_until
-from tests.engine._support.fast_launch import PASSWORD, pool_instances, pool_stack, storm_config
+from tests.engine._support.fast_launch import (
+    PASSWORD,
+    pool_instances,
+    pool_stack,
+    storm_config,
+    up_and_reclaim,
+)
 from tests.engine.conftest import EngineWorld
 
 pytestmark = pytest.mark.integration
@@ -15,9 +20,7 @@ pytestmark = pytest.mark.integration
 def test_a_targeted_replacement_adopts_another_replicas_launch(world: EngineWorld) -> None:
     stack = pool_stack(world)
     config = storm_config(world, stack, 2)
-    first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
-    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[0]]})
-    wait_until(lambda: first[0] not in pool_instances(world, stack), "the reclaim", timeout=30)
+    first = up_and_reclaim(world, stack, config, 0)
     # The replica that held the pool's shard launched slot 0's next instance, then its shard
     # came back here: this process knows the stack (its URNs) but not that launch.
     (fast_id,) = fast_launch.launch_replacements(stack, config, [0], PASSWORD).instances.values()

@@ -10,6 +10,7 @@ from pathlib import Path
 from spotpool.api.notices import NoticeAgent
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.engine.stacks.stack import PoolStack
+from spotpool.localworld.emulator import wait_until
 from spotpool.localworld.engine import REGION, EngineWorld
 from spotpool.toolchain.paths import bin_dir
 from tests._support.tools import require_tool
@@ -47,6 +48,17 @@ def pool_stack(world: EngineWorld, name: str = "gpu") -> PoolStack:
 def pool_instances(world: EngineWorld, stack: PoolStack) -> dict[str, str]:
     """The pool's instances in the cloud: id -> state."""
     return world.cloud_instances(stack)
+
+
+def up_and_reclaim(
+    world: EngineWorld, stack: PoolStack, config: StackConfig, slot: int
+) -> dict[int, str]:
+    """Converge the pool, then have the cloud reclaim `slot`'s instance and wait until it is
+    gone; slot -> the instances the up made."""
+    first = {i.slot: i.instance_id for i in stack.up(config, login_password=PASSWORD).instances}
+    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [first[slot]]})
+    wait_until(lambda: first[slot] not in pool_instances(world, stack), "the reclaim", timeout=30)
+    return first
 
 
 def preview_expecting_no_changes(world: EngineWorld, stack: PoolStack, tmp: Path) -> str:
