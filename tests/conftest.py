@@ -1,8 +1,9 @@
 """Shared test helpers: the pinned tools (a missing tool fails the test, never skips it), an
-event loop for Pulumi's in-process mocks, and the suite's rules at collection (a tier on every
-module; the longest modules handed out first)."""
+event loop for Pulumi's in-process mocks, one heavy world at a time, and the suite's rules at
+collection (a tier on every module; the longest modules handed out first)."""
 
 import asyncio
+import fcntl
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,25 +40,49 @@ def pulumi_event_loop() -> Iterator[asyncio.AbstractEventLoop]:
     yield loop
 
 
+@pytest.fixture(autouse=True)
+def _one_heavy_world_at_a_time(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """A `heavy` test (several operators, or a storm: a machine's worth of processes) waits for
+    any other worker's heavy test to end: three at once on two cores starved every process of
+    them and of the tests beside them (Lease renewals late, precondition windows missed)."""
+    if request.node.get_closest_marker("heavy") is None:
+        yield
+        return
+    # The parent of a worker's base directory is the run's, shared by its xdist workers.
+    lock = tmp_path_factory.getbasetemp().parent / "spotpool-heavy-test.lock"
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield
+
+
 # The longest modules first (their seconds in a parallel run, 2026-11-26), then every other e2e
 # module, the engine's and emulator's, and the unit tests last: `make test` runs on every core
 # (pytest-xdist hands each worker whole modules, and a worker keeps the next one queued), so a
 # long module handed out late would run alone at the end.
+# The heavy ones (marked `heavy`) are spread two light ones apart, so that a worker seldom
+# waits for another's heavy test.
 LONGEST_FIRST = (
-    "e2e/test_operator_shards",  # 180 s
+    "e2e/test_operator_shards",  # 206 s, heavy
     "e2e/test_operator",  # 125
     "e2e/test_deploy",  # 98
+    "e2e/test_credentials_lifetime",  # 167, heavy
     "e2e/test_notice_bounds",  # 89
-    "e2e/test_fencing_operators",  # 80
     "e2e/test_notices",  # 70
+    "e2e/test_fast_path_handover",  # 155, heavy
     "engine/test_engine_emulator",  # 57
     "e2e/test_capacity",  # 54
+    "e2e/test_delete_mid_storm",  # 105, heavy
     "e2e/test_helm",  # 53
     "e2e/test_on_notice",  # 49
-    "e2e/test_demo",  # 49
+    "e2e/test_fencing_operators",  # 96, heavy
     "engine/test_surge",  # 47
     "engine/test_preview",  # 47
-    "e2e/test_fencing",  # 45
+    "e2e/test_demo",  # 89, heavy
+    "e2e/test_fencing",  # 45 (one test heavy)
+    "e2e/test_drift",  # 50
+    "e2e/test_frozen_replica",  # 59, heavy
 )
 
 

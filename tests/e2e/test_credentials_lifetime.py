@@ -12,7 +12,7 @@ from spotpool.localworld.operator import OperatorWorld, pool_manifest
 from tests.e2e.conftest import operator_world
 from tests.sts_world import ACCOUNT_A, ACCOUNT_B, ROLE_B, configure, role
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.heavy]
 LIFE_SECONDS = 60
 BOOT_SECONDS = LIFE_SECONDS + 10  # an up waits for RUNNING: every up outlives a key
 

@@ -17,7 +17,7 @@ from spotpool.localworld.kube import Kube
 from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, pool_manifest
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.heavy]
 POOLS = int(os.environ.get("SPOTPOOL_E2E_STORM_POOLS", "10"))
 BOUND = 300.0  # seconds; measured 15.6 s and 30.0 s (10 pools), 88.6 s (20) on 2 loaded cores
 

@@ -25,6 +25,7 @@ def _processes_mentioning(text: str) -> list[str]:
 
 
 @pytest.mark.e2e
+@pytest.mark.heavy
 def test_demo_runs_the_local_world_and_cleans_up(tmp_path: Path) -> None:
     for tool in ("etcd", "kube-apiserver", "kubectl", "pulumi", "pulumi-resource-tencentcloud"):
         require_tool(tool)

@@ -63,7 +63,10 @@ def test_a_user_data_change_rolls_out_in_batches_do_not_disrupt_last(
         return now if done else None
 
     final = world.wait_until(rolled, "every slot on the new user data", timeout=300)
-    assert set(world.cloud(pool_uid(world, ns))) == set(final.values())
+    uid = pool_uid(world, ns)
+    world.wait_until(  # the last batch's old instances terminate as its run ends
+        lambda: set(world.cloud(uid)) == set(final.values()), "only the new instances", 120
+    )
 
     calls = world.emulator.admin_ok("GET", "/_emulator/requests")["Requests"][seen:]
     ok = sorted((c for c in calls if c["Code"] == "OK"), key=lambda c: c["Time"])

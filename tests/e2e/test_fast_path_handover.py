@@ -14,7 +14,7 @@ from spotpool_operator.replicas.sharding import shard_of
 
 from tests.e2e._support.replicas import Replicas, apply_pools
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.heavy]
 POOLS, SHARDS = 6, 2
 # One RunInstances every 10 s for the account: the storm's launches queue at the bucket for a
 # minute, longer than a replica takes to start and join.

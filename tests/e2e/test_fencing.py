@@ -90,6 +90,7 @@ def test_a_replica_15s_ahead_and_a_stalled_replica_never_serve_one_shard_at_once
         a.stop()
 
 
+@pytest.mark.heavy  # a timing property: it wants the machine's cores, not a third of them
 def test_a_replica_keeps_its_16_shards_through_a_slow_api_server_connection(
     lease_world: tuple[Kube, str, StallProxy, Path],
 ) -> None:

@@ -15,7 +15,7 @@ from spotpool.localworld import run_log
 from tests.e2e._support.replicas import Replicas, apply_pools
 from tests.operator.world import OperatorWorld
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.heavy]
 POOLS, SHARDS, LEASE = 6, 4, 6.0
 
 

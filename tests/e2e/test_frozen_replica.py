@@ -21,7 +21,7 @@ from spotpool.engine.state.backend_files import ROOT, latest_deployment, open_ba
 from tests.e2e._support.replicas import Replicas
 from tests.operator.world import OperatorWorld, pool_manifest
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.heavy]
 LEASE = 6.0  # OperatorWorld's SPOTPOOL_LEASE_DURATION
 # RunInstances refills one token in 20 s (0.05/s; halved between two replicas, burst 1/2): the
 # scale-up's call, a few seconds after the first one, waits in the replica's proxy long enough

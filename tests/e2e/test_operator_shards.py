@@ -23,7 +23,7 @@ from tests.operator.world import OperatorWorld
 # The 30 pools' runs open their secrets through the key service (a passphrase run costs about
 # twice the CPU); the replicas' path runs with the default provider in test_frozen_replica.py
 # and test_fast_path_handover.py.
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("keyserver_stacks")]
+pytestmark = [pytest.mark.e2e, pytest.mark.heavy, pytest.mark.usefixtures("keyserver_stacks")]
 POOLS, SHARDS, LEASE, REFRESH = 30, 8, 6.0, 20
 SLOW = 0.15  # seconds replica a's API-server connection adds to every chunk, each way
 RUN_LINE = re.compile(

@@ -74,9 +74,14 @@ def killed_mid_up_and_replaced_under_another_hostname(world: OperatorWorld) -> N
     ids = sorted(instance_ids(pool["status"]))
     assert sorted(world.cloud(killed.uid)) == ids and len(set(ids)) == 3  # no leak, no duplicate
     assert not killed.locks()
-    events = world.events(killed.namespace, killed.name)
-    recovered = [m for _, r, m in events if r == "Recovered"]
-    assert any(f"@{killed.old_host}" in m and "earlier holder" in m for m in recovered), recovered
+
+    def recovered() -> list[str]:  # Events are posted in the background: one may lag the status
+        events = world.events(killed.namespace, killed.name)
+        named = f"@{killed.old_host}"
+        found = [m for _, r, m in events if r == "Recovered"]
+        return [m for m in found if named in m and "earlier holder" in m]
+
+    world.wait_until(recovered, f"a Recovered event naming {killed.old_host}'s lock", 60)
 
 
 def tagged_instance(
