@@ -236,9 +236,11 @@ def test_a_notice_whose_surge_run_fails_is_kept_and_started_on_the_next_try(
 
     world.cloud.fail_surge = None
     run(reconciler.start_surges(ref(body)))
-    (surge,) = world.cluster.last("team-a/gpu")["surges"]
+    status = world.cluster.last("team-a/gpu")
+    (surge,) = status["surges"]
     assert surge["slot"] == 0 and surge["replacing"] == first[0]
     assert pool.noticed == {}
+    assert status["notices"]["total"] == 1  # one notice, counted once through the retry
 
 
 def test_a_surge_whose_old_instance_outlives_its_notice_is_retired(tmp_path: Path) -> None:

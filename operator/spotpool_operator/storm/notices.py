@@ -228,7 +228,10 @@ class Notices(PoolWork):
         ref.logger.warning("termination notice: %s", names)
         started = self.clock()
         taken = {s: noticed[s] for s in slots}
-        status = render.noticed(self._with_identity(pool.status, ref, spec), len(slots), started)
+        # A notice whose surge run failed is still listed as accepted: its retry counts no more.
+        counted = {(n.slot, n.instance_id) for n in pool.status.notices.accepted}
+        new = [s for s in slots if (s, taken[s].instance_id) not in counted]
+        status = render.noticed(self._with_identity(pool.status, ref, spec), len(new), started)
         await self._write(pool, ref, render.accepting(status, taken))
         credentials = await self._credentials(pool, ref, spec, "up")
         password = await self._login_password(pool, ref, spec)
