@@ -12,10 +12,10 @@ at the default budget). The budget is per group, as the cloud's limits are per a
 region: pools spread over four accounts are looked at as often as one account's, each group on
 its own schedule, the groups due at once looked at together. Calls not spent while a group is
 quiet are saved, up to one sweep of it: the sweep a storm calls for goes at once, and the
-pauses after it pay it back. A throttled
-or failed look backs off; it never turns into anything more expensive. Blind spot: a loss and
-an unrelated creation by another writer between two counts keep the count equal; the next sweep
-(any pool's change) or the pool's own timer finds it.
+pauses after it pay it back. A throttled or failed look backs off; it never turns into anything
+more expensive. Blind spot: a loss and an unrelated creation by another writer between two
+counts keep the count equal; the next sweep (any pool's change) or the pool's own timer finds
+it.
 """
 
 import asyncio
@@ -64,9 +64,6 @@ class _Group:
     saved_at: float = field(default_factory=time.monotonic)
     due: float = 0.0  # monotonic time of its next look
     calls: int = 0  # DescribeInstances calls its looks made
-
-    def spent(self, calls: int) -> None:
-        self.calls += calls
 
     @property
     def pages(self) -> int:
@@ -199,7 +196,7 @@ class FleetProbe:
             return self._failed(group, error)
         self.counts += 1
         self.calls += 1
-        group.spent(1)
+        group.calls += 1
         if counted != group.counted or group.changed:
             return await self.sweep(key, group)
         group.verified, group.failures = started, 0
@@ -216,7 +213,7 @@ class FleetProbe:
         self.sweeps += 1
         pages = max(1, math.ceil(len(found) / PAGE))
         self.calls += pages
-        group.spent(pages)
+        group.calls += pages
         group.instances = len(found)
         group.counted = sum(1 for item in found if item.state in COUNTED_STATES)
         alive: dict[str, set[str]] = {}
