@@ -467,3 +467,25 @@ def test_a_surge_carries_the_instance_it_replaces_and_keeps_it_once_promoted() -
     assert len(yaml.safe_load(notices.agent_part(AGENT, "u", 1, "t"))["write_files"]) == 2
     with pytest.raises(ValueError):
         notices.agent_part(AGENT, "uid-a", 1, "t0k3n", previous="ins-1\nX=1")
+
+
+def test_a_result_taken_in_survives_the_pools_shard_slipping_away_and_back(
+    tmp_path: Path,
+) -> None:
+    """An onNotice result answered 'recorded' while a surge run held the pool, then the shard
+    lost for a moment (a Lease renewal late on a busy machine) and taken again: the result is
+    still written (a fresh-clone run lost it with the pool's dropped state)."""
+    world, body, first = noticed_world(tmp_path)
+    reconciler = world.reconciler
+    key = reconciler.settings.engine.notice_key("uid-gpu")
+    assert reconciler.receive_checkpoint(*_checkpoint(key, 1, first[1], 0))[0] == 202
+
+    reconciler.drop(["uid-gpu"])  # the shard slipped before the daemon wrote it
+    pool = reconciler.pool(ref(body))  # served again: the daemon's next look
+    assert pool.checkpoints
+    run(reconciler.record_checkpoints(ref(body)))
+    written = world.cluster.last("team-a/gpu")["notices"]["checkpoints"]
+    assert [(c["slot"], c["instanceId"], c["exitCode"]) for c in written] == [(1, first[1], 0)]
+    assert world.events.reasons()[-1] == "CheckpointSaved"
+    run(reconciler.record_checkpoints(ref(body)))  # nothing twice
+    assert len(world.cluster.last("team-a/gpu")["notices"]["checkpoints"]) == 1

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar
 
+from spotpool.api.status import Checkpoint
 from spotpool.engine.fencing.processes import fenced, kill_runs
 from spotpool.engine.tencent.credentials import Credentials
 from spotpool_operator.basics.failures import PoolProblem
@@ -72,6 +73,9 @@ class EngineCalls:
         self.probe = probe
         self.shards = shards  # None: serve every pool (no Leases, run by hand)
         self.pools: dict[str, PoolState] = {}
+        # onNotice results answered 'recorded' but not yet written when the pool's shard
+        # slipped: given back to the pool's state when this replica serves it again.
+        self.unwritten_checkpoints: dict[str, list[Checkpoint]] = {}
         self._slots = EngineSlots(settings.max_concurrent, settings.account_share(1))
         self._executor = ThreadPoolExecutor(
             max_workers=settings.max_concurrent, thread_name_prefix="spotpool-engine"

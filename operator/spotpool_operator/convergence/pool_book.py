@@ -34,11 +34,13 @@ class PoolBook(EngineCalls):
             state = PoolState(status=render.parse(ref.status))
             if state.status.writer is not None:
                 state.status_writer = state.status.writer.model_dump(mode="json", by_alias=True)
+            state.checkpoints = self.unwritten_checkpoints.pop(ref.uid, [])
             self.pools[ref.uid] = state
         return state
 
     def forget(self, ref: PoolRef) -> None:
         self.pools.pop(ref.uid, None)
+        self.unwritten_checkpoints.pop(ref.uid, None)
         if self.probe is not None:
             self.probe.unwatch(ref.uid)
         self.metrics.forget_pool(ref.namespace, ref.name)
@@ -77,9 +79,12 @@ class PoolBook(EngineCalls):
         self.probe.watch(ref.uid, credentials, region, expected, gone)
 
     def drop(self, uids: list[str]) -> None:
-        """The pools' shard went to another replica: forget them here (no watch, no state)."""
+        """The pools' shard went to another replica: forget them here (no watch, no state) but
+        the onNotice results answered 'recorded' and not yet written (the shard may come back)."""
         for uid in uids:
             pool = self.pools.pop(uid, None)
+            if pool is not None and pool.checkpoints:  # promised to the agents: kept
+                self.unwritten_checkpoints.setdefault(uid, []).extend(pool.checkpoints)
             if self.probe is not None:
                 self.probe.unwatch(uid)
             if pool is not None:

@@ -163,6 +163,8 @@ class Notices(PoolWork):
         async with pool.lock:
             taken, pool.checkpoints = pool.checkpoints, []
             notices = pool.status.notices
+            known = {c.instance_id for c in notices.checkpoints}  # kept across a shard's slip
+            taken = [c for c in taken if c.instance_id not in known]
             checkpoints = [*notices.checkpoints, *taken][-10:]
             status = pool.status.model_copy(
                 update={"notices": notices.model_copy(update={"checkpoints": checkpoints})}
