@@ -79,8 +79,8 @@ class PoolBook(EngineCalls):
         self.probe.watch(ref.uid, credentials, region, expected, gone)
 
     def drop(self, uids: list[str]) -> None:
-        """The pools' shard went to another replica: forget them here (no watch, no state) but
-        the onNotice results answered 'recorded' and not yet written (the shard may come back)."""
+        """The pools' shard went to another replica: forget them here (no watch, no state), but
+        keep the onNotice results answered 'recorded' and not yet written (it may come back)."""
         for uid in uids:
             pool = self.pools.pop(uid, None)
             if pool is not None and pool.checkpoints:  # promised to the agents: kept
