@@ -489,3 +489,30 @@ def test_a_result_taken_in_survives_the_pools_shard_slipping_away_and_back(
     assert world.events.reasons()[-1] == "CheckpointSaved"
     run(reconciler.record_checkpoints(ref(body)))  # nothing twice
     assert len(world.cluster.last("team-a/gpu")["notices"]["checkpoints"]) == 1
+
+
+def test_a_result_whose_status_write_failed_is_carried_by_the_next_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The status write of a result taken in fails (the API server unreachable for a moment):
+    the result stays in the pool's status held in memory, and the next write carries it."""
+    world, body, first = noticed_world(tmp_path)
+    reconciler = world.reconciler
+    key = reconciler.settings.engine.notice_key("uid-gpu")
+    assert reconciler.receive_checkpoint(*_checkpoint(key, 1, first[1], 0))[0] == 202
+    patch_status = world.cluster.patch_status
+
+    def unreachable(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("the API server did not answer")
+
+    monkeypatch.setattr(world.cluster, "patch_status", unreachable)
+    run(reconciler.record_checkpoints(ref(body)))  # logged, not raised: the op goes on
+    assert "team-a/gpu" not in world.cluster.statuses or not any(
+        s.get("notices", {}).get("checkpoints") for s in world.cluster.statuses["team-a/gpu"]
+    )
+
+    monkeypatch.setattr(world.cluster, "patch_status", patch_status)
+    run(reconciler.record_checkpoints(ref(body)))  # the next write, whatever it is for
+    written = world.cluster.last("team-a/gpu")["notices"]["checkpoints"]
+    assert [(c["slot"], c["instanceId"], c["exitCode"]) for c in written] == [(1, first[1], 0)]
+    assert world.events.reasons().count("CheckpointSaved") == 1
