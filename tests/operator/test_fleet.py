@@ -284,3 +284,21 @@ def test_a_quiet_fleet_saves_up_a_sweep_and_a_burst_of_sweeps_pays_it_back() -> 
         now += max(probe.tick(group), probe.pay(group, 21, now))
         calls += 21
     assert calls / (now - start) <= 1.0 + 21 / 600
+
+
+def test_a_gone_slot_another_live_instance_of_the_pool_holds_is_told_as_held() -> None:
+    """A status gone stale (a run cut short replaced slot 1 before its status was written):
+    slot 1's listed instance is gone, but a live instance of the pool holds the slot."""
+    cloud = FakeCloud()
+    cloud.instances = [instance("a", "ins-new1", 1), instance("b", "ins-b0", 0)]
+    probe = FleetProbe(cloud.list)
+    seen, notify = recorder()
+    held, tell_held = recorder()
+    probe.watch("a", KEYS, "r1", {0: "ins-old0", 1: "ins-old1"}, notify, tell_held)
+
+    async def sweep_all() -> None:
+        for key, group in list(probe._groups.items()):
+            assert await probe.sweep(key, group)
+
+    asyncio.run(sweep_all())
+    assert seen == [{0, 1}] and held == [{1}]  # pool b's slot 0 holds nothing of a's

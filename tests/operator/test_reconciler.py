@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from spotpool_operator.basics.failures import PoolProblem
 
-from tests.operator.fakes import World, make_world, pool_body, ref, run
+from spotpool.engine.launches.fast_launch import FastLaunch
+from tests.operator.fakes import FakeEngine, World, make_world, pool_body, ref, run
 
 pytestmark = pytest.mark.unit
 
@@ -411,3 +412,35 @@ def test_a_restart_over_a_pool_left_short_refreshes_in_its_up(tmp_path: Path) ->
     run(after.reconciler.converge(ref(body)))
     assert ("up+refresh", "team-a.gpu") in after.cloud.calls
     assert after.cluster.last("team-a/gpu")["readyReplicas"] == 2
+
+
+def test_a_gone_slot_held_by_a_live_instance_is_not_launched_ahead(tmp_path: Path) -> None:
+    """The probe told slots 1 and 2 gone, slot 2 held by a live instance of the pool the stale
+    status does not list (a run cut short): only slot 1 is launched ahead of the Pulumi run,
+    which settles slot 2 (a second instance for it would run on unadopted)."""
+    world = make_world(tmp_path)
+    launched: list[list[int]] = []
+
+    class Recording(FakeEngine):
+        def launch_replacements(
+            self, config: Any, slots: list[int], login_password: str | None = None
+        ) -> FastLaunch:
+            launched.append(list(slots))
+            return FastLaunch()
+
+    world.reconciler.engine_factory = lambda pool, creds, region, progress: Recording(
+        world.cloud, pool, creds
+    )
+
+    async def scenario() -> None:
+        await world.reconciler.converge(ref(pool_body(replicas=3)))
+        pool = world.reconciler.pool(ref(pool_body()))
+        world.cloud.reclaim("team-a.gpu", 1)
+        world.cloud.reclaim("team-a.gpu", 2)
+        pool.gone_slots, pool.held_slots = {1, 2}, {2}
+        await world.reconciler.replace_gone(ref(pool_body(replicas=3)))
+        assert pool.held_slots == set()  # told once
+
+    run(scenario())
+    assert launched == [[1]]
+    assert world.cluster.last("team-a/gpu")["readyReplicas"] == 3

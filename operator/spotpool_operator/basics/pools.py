@@ -90,6 +90,7 @@ class PoolState:
     last_activity: float = field(default_factory=time.monotonic)
     checks: int = 0  # reclaim checks made (every so many is a full refresh)
     gone_slots: set[int] = field(default_factory=set)  # the fleet probe saw these go
+    held_slots: set[int] = field(default_factory=set)  # ...and another live instance holds
     placement: Placement | None = None  # the last placement's ranking (status.placement)
     wake: asyncio.Event = field(default_factory=asyncio.Event)  # set when gone_slots grows
     # On-demand fallbacks: since when each slot is on-demand, since when spot stock has been

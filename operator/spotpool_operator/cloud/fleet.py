@@ -2,10 +2,12 @@
 looked at for all pools at once; pools only read its result.
 
 Each pool registers the instances its status lists and is told the moment one of them is gone
-or going (TERMINATING, SHUTDOWN, LAUNCH_FAILED). A fleet of one page (≤ 100 instances) is
-swept whole every tick: one DescribeInstances. A larger fleet is first *counted* (one call with
-a state filter, whatever its size) and swept page by page only when the count moved or a pool's
-instances changed since the last sweep, so 2,000 idle instances cost one call a tick, not 20.
+or going (TERMINATING, SHUTDOWN, LAUNCH_FAILED), and which of those slots another live instance
+of the pool already holds (a run cut short made it, the status does not list it yet). A fleet
+of one page (≤ 100 instances) is swept whole every tick: one DescribeInstances. A larger fleet
+is first *counted* (one call with a state filter, whatever its size) and swept page by page only
+when the count moved or a pool's instances changed since the last sweep, so 2,000 idle
+instances cost one call a tick, not 20.
 The tick comes from an API budget, not from the pools: max(min_tick, √pages / budget) seconds,
 so a small fleet is looked at every second and 2,000 instances every 4.5 s (13 calls a minute
 at the default budget). The budget is per group, as the cloud's limits are per account and
@@ -45,6 +47,7 @@ class _Watch:
     expected: dict[int, str]  # slot -> instance id the pool's status lists
     notify: Notify  # called with the gone slots
     since: float  # monotonic time `expected` was set: older sweeps say nothing about it
+    held: Notify | None = None  # called with the gone slots another live instance holds
 
 
 @dataclass
@@ -101,15 +104,16 @@ class FleetProbe:
 
     def watch(
         self, uid: str, credentials: Credentials, region: str, expected: Mapping[int, str],
-        notify: Notify,
+        notify: Notify, held: Notify | None = None,
     ) -> None:  # fmt: skip
-        """Watch the pool's instances (slot -> id) from now on, replacing any earlier watch."""
+        """Watch the pool's instances (slot -> id) from now on, replacing any earlier watch.
+        `held` is told first which gone slots another live instance of the pool holds."""
         self.unwatch(uid)
         # One group per identity and region: temporary keys renew, the identity stays.
         key = (credentials.identity_key(), "", region)
         group = self._groups.setdefault(key, _Group(credentials, region))
         group.credentials = credentials
-        group.watches[uid] = _Watch(dict(expected), notify, time.monotonic())
+        group.watches[uid] = _Watch(dict(expected), notify, time.monotonic(), held)
         group.changed = True
         self._group_of[uid] = key
 
@@ -217,17 +221,24 @@ class FleetProbe:
         group.instances = len(found)
         group.counted = sum(1 for item in found if item.state in COUNTED_STATES)
         alive: dict[str, set[str]] = {}
+        slots: dict[str, dict[int | None, set[str]]] = {}  # pool uid -> slot -> live ids
         for item in found:
             if item.state not in GONE_STATES:
                 alive.setdefault(item.pool_uid, set()).add(item.instance_id)
+                slots.setdefault(item.pool_uid, {}).setdefault(item.slot, set()).add(
+                    item.instance_id
+                )
         for uid, watch in list(group.watches.items()):
             if watch.since > started:
                 continue  # the pool's instances changed while this sweep ran
             live = alive.get(uid, set())
             gone = {slot for slot, instance in watch.expected.items() if instance not in live}
             if gone:
+                held = {s for s in gone if slots.get(uid, {}).get(s, set()) - {watch.expected[s]}}
                 for slot in gone:  # tell once per instance
                     watch.expected.pop(slot)
+                if held and watch.held is not None:
+                    watch.held(held)
                 watch.notify(gone)
         group.verified, group.failures = started, 0
         return True

@@ -88,7 +88,14 @@ class PoolWork(PoolBook):
             if slots:
                 if ahead:  # launched now; the run below adopts them
                     guarded = partial(self._guarded, ref.uid, engine)  # the shard's fence
-                    await launch_ahead(engine, ref, placed, slots, password, pool.status, guarded)
+                    held, pool.held_slots = pool.held_slots & set(slots), set()
+                    if held:  # a stale status (a run cut short): the run below looks first
+                        ref.logger.info(
+                            "not launched ahead: slot(s) %s held by a live instance of the "
+                            "pool the status does not list yet", sorted(held)
+                        )  # fmt: skip
+                    fast = [s for s in slots if s not in held]
+                    await launch_ahead(engine, ref, placed, fast, password, pool.status, guarded)
                     await self._write(pool, ref, progressing)
                 result = await self._engine_call(
                     "up", engine.replace_slots, placed, slots, password, replan

@@ -76,7 +76,10 @@ class PoolBook(EngineCalls):
             pool.gone_slots |= slots
             pool.wake.set()
 
-        self.probe.watch(ref.uid, credentials, region, expected, gone)
+        def held(slots: set[int]) -> None:  # nothing to launch ahead: the run settles them
+            pool.held_slots |= slots
+
+        self.probe.watch(ref.uid, credentials, region, expected, gone, held)
 
     def drop(self, uids: list[str]) -> None:
         """The pools' shard went to another replica: forget them here (no watch, no state), but
