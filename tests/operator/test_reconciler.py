@@ -443,4 +443,8 @@ def test_a_gone_slot_held_by_a_live_instance_is_not_launched_ahead(tmp_path: Pat
 
     run(scenario())
     assert launched == [[1]]
-    assert world.cluster.last("team-a/gpu")["readyReplicas"] == 3
+    last = world.cluster.last("team-a/gpu")
+    assert last["readyReplicas"] == 3
+    assert last["reclaims"]["total"] == 1  # slot 2 was not the cloud's doing
+    reclaimed = [m for _, reason, m in world.events.posted if reason == "Reclaimed"]
+    assert len(reclaimed) == 1 and "slot 1 (" in reclaimed[0] and "slot 2" not in reclaimed[0]

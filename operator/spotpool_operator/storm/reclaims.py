@@ -36,18 +36,24 @@ class Reclaims(PoolWork):
             gone = {slot for slot in gone if slot in before}
             if not gone:
                 return
-            names = ", ".join(f"slot {s} ({before[s]})" for s in sorted(gone))
-            self.metrics.observe_reclaims(ref.namespace, ref.name, pool.status, gone)
-            self.events.post(
-                ref.event_ref(),
-                "Warning",
-                "Reclaimed",
-                f"the cloud reclaimed {len(gone)} instance(s): {names}; replacing",
-            )
-            ref.logger.warning("reclaimed: %s", names)
-            self.note_reclaimed(pool, gone)
-            pool.status = render.reclaimed(pool.status, gone, self.clock())
-            pool.replace_pending, pool.reclaimed_at = True, seen_at
+            # Held by a live instance and no surge: a run cut short replaced it, not the cloud.
+            ours = pool.held_slots & gone - {surge.slot for surge in pool.status.surges}
+            if ours:
+                ref.logger.info("status behind the stack for slot(s) %s: refreshing", sorted(ours))
+            reclaimed = gone - ours
+            if reclaimed:
+                names = ", ".join(f"slot {s} ({before[s]})" for s in sorted(reclaimed))
+                self.metrics.observe_reclaims(ref.namespace, ref.name, pool.status, reclaimed)
+                self.events.post(
+                    ref.event_ref(),
+                    "Warning",
+                    "Reclaimed",
+                    f"the cloud reclaimed {len(reclaimed)} instance(s): {names}; replacing",
+                )
+                ref.logger.warning("reclaimed: %s", names)
+                self.note_reclaimed(pool, reclaimed)
+                pool.status = render.reclaimed(pool.status, reclaimed, self.clock())
+            pool.replace_pending, pool.reclaimed_at = True, seen_at if reclaimed else None
             config = self._config(ref, spec)
             if config != pool.applied:
                 await self._replace(pool, ref, spec)  # the spec moved too: a full up
