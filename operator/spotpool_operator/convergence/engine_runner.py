@@ -59,8 +59,10 @@ class PoolWork(PoolBook):
         reason: str,
         message: str,
         slots: list[int] | None = None,
+        held: frozenset[int] = frozenset(),
     ) -> OperationResult:
-        """`up`, or with `slots` the targeted replacement of just those slots."""
+        """`up`, or with `slots` the targeted replacement of just those slots (`held`: those a
+        live instance of the pool holds, the status behind: not launched ahead)."""
         started = self.clock()
         # Short of what was last applied, and no refresh just looked (a replacement cut short,
         # instances gone while no operator ran): the up looks at the cloud first, same run.
@@ -88,7 +90,6 @@ class PoolWork(PoolBook):
             if slots:
                 if ahead:  # launched now; the run below adopts them
                     guarded = partial(self._guarded, ref.uid, engine)  # the shard's fence
-                    held, pool.held_slots = pool.held_slots & set(slots), set()
                     if held:  # a stale status (a run cut short): the run below looks first
                         ref.logger.info(
                             "not launched ahead: slot(s) %s held by a live instance of the "

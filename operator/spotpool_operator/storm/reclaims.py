@@ -27,6 +27,7 @@ class Reclaims(PoolWork):
         pool = self.pool(ref)
         async with pool.lock:
             gone, pool.gone_slots = pool.gone_slots, set()
+            held, pool.held_slots = frozenset(pool.held_slots & gone), set()
             pool.wake.clear()
             spec = await self._spec(pool, ref, "up", quiet=True)
             if not gone or spec.paused:
@@ -37,7 +38,7 @@ class Reclaims(PoolWork):
             if not gone:
                 return
             # Held by a live instance and no surge: a run cut short replaced it, not the cloud.
-            ours = pool.held_slots & gone - {surge.slot for surge in pool.status.surges}
+            ours = held & gone - {surge.slot for surge in pool.status.surges}
             if ours:
                 ref.logger.info("status behind the stack for slot(s) %s: refreshing", sorted(ours))
             reclaimed = gone - ours
@@ -58,7 +59,7 @@ class Reclaims(PoolWork):
             if config != pool.applied:
                 await self._replace(pool, ref, spec)  # the spec moved too: a full up
                 return
-            await self._replace(pool, ref, spec, slots=sorted(gone))
+            await self._replace(pool, ref, spec, slots=sorted(gone), held=held)
 
     # --- the timer: reclaims ----------------------------------------------------------------
 
@@ -217,12 +218,13 @@ class Reclaims(PoolWork):
         pool.last_activity = time.monotonic()
 
     async def _replace(
-        self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec, slots: list[int] | None = None
-    ) -> None:
+        self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec, slots: list[int] | None = None,
+        held: frozenset[int] = frozenset(),
+    ) -> None:  # fmt: skip
         before = {i.slot: i.instance_id for i in pool.status.instances}
         config = self._config(ref, spec)
         result = await self._up(
-            pool, ref, spec, config, "Replacing", "replacing reclaimed slots", slots=slots
+            pool, ref, spec, config, "Replacing", "replacing reclaimed slots", slots, held
         )
         new = [i for i in result.instances if before.get(i.slot) != i.instance_id]
         if new:
