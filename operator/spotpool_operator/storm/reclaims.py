@@ -38,10 +38,7 @@ class Reclaims(PoolWork):
             if not gone:
                 return
             # Held by a live instance and no surge: a run cut short replaced it, not the cloud.
-            ours = held & gone - {surge.slot for surge in pool.status.surges}
-            if ours:
-                ref.logger.info("status behind the stack for slot(s) %s: refreshing", sorted(ours))
-            reclaimed = gone - ours
+            reclaimed = gone - (held - {surge.slot for surge in pool.status.surges})
             if reclaimed:
                 names = ", ".join(f"slot {s} ({before[s]})" for s in sorted(reclaimed))
                 self.metrics.observe_reclaims(ref.namespace, ref.name, pool.status, reclaimed)
