@@ -7,10 +7,12 @@ Each round: every RUNNING instance of the install is reclaimed at once (a storm)
 random moment of the next `--window` s one fault strikes, the faults taken in turn:
 
 - freeze-up, freeze-launch, freeze-bucket: one replica's whole process tree is stopped
-  (SIGSTOP) for 2.5 Leases, then thawed, the moment its log shows a Pulumi `up` under way
-  (`freeze-up`), a fast-path launch under way (`freeze-launch`), or a fast-path launch waiting
-  at the account's RunInstances bucket (`freeze-bucket`: the bucket is slow, `--run-rate`,
-  so a storm's launches queue there); the replica with the most of them is chosen;
+  (SIGSTOP) for 2.5 Leases, then thawed, the moment it has a Pulumi `up` under way
+  (`freeze-up`), a fast-path launch under way past the account's RunInstances bucket, its
+  bucket not empty (`freeze-launch`: the launch is in its cloud calls), or a fast-path launch
+  waiting at that bucket, the bucket in debt (`freeze-bucket`: the bucket is slow,
+  `--run-rate`, so a storm's launches queue there; read from the replica's
+  `spotpool_cloud_api_bucket_fill_ratio`); the replica with the most such runs is chosen;
 - partition: replica a's connection to the API server stalls for 2.5 Leases, then heals;
 - clock-jump: one replica's wall clock jumps `--jump` s ahead for 2.5 Leases, then back (the
   clock its Leases' times are written in, `SPOTPOOL_CLOCK_OFFSET_FILE`; its monotonic and
@@ -18,9 +20,15 @@ random moment of the next `--window` s one fault strikes, the faults taken in tu
 - join-leave: a replica leaves (SIGTERM, as a rollout) and a new one joins under a new name;
 - delete: a third of the pools are deleted mid-storm (new ones replace them next round).
 
+A fault hits when it strikes what it aims at: a freeze, partition, clock jump or leave a
+replica with runs of its kind in flight (each waits up to `--window` s for one), a delete pools
+still being replaced. A round whose fault found nothing to hit is printed (`hit` no) but not
+counted: the summary counts, per fault, only the rounds that hit.
+
 Then the world settles (every pool Ready at its size, every deleted pool gone) and is checked:
-slots that ever had two instances alive at once (the emulator's history), live instances of
-the install that no stack tracks, locks left, pools not whole, statuses naming an instance
+slots that ever had two instances alive at once (the emulator's history, to the microsecond),
+live instances of the install that no stack tracks, instances a stack tracks that the cloud no
+longer runs, locks left, pools not whole, statuses naming an instance
 that is not RUNNING, stacks whose preview shows changes (`spotpool preview --all-stacks`, the
 `--expect-no-changes` of every stack); and what the fences did: runs in flight at the freeze,
 calls and backend requests refused, late checkpoint saves refused. One line a round.
@@ -42,7 +50,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -182,51 +190,64 @@ class Cluster:
         return len(live)
 
     def strike(self, fault: str) -> dict[str, Any]:
+        """Strike `fault`; returns the victim, the runs it had in flight, and whether it hit."""
         hold = 2.5 * self.args.lease
         if fault.startswith("freeze"):
-            kinds = FREEZE_AT[fault]
-            name, in_flight = self.busiest(kinds, wait=self.args.window)
+            name, in_flight = self.busiest(self.replicas, fault, self.args.window)
             world = self.replicas[name]
             with frozen(world):
                 time.sleep(hold)
-            return {"victim": name, "in_flight": in_flight}
+            return {"victim": name, "in_flight": in_flight, "hit": in_flight > 0}
         if fault == "clock-jump":
-            name = random.choice(list(self.replicas))
+            name, in_flight = self.busiest(self.replicas, "any", self.args.window)
             clock = self.work / f"{name}.clock"
-            in_flight = _open_runs(self.replicas[name].log)
             clock.write_text(f"{self.args.jump:.0f}\n")
             time.sleep(hold)
             clock.write_text("0\n")
-            return {"victim": name, "in_flight": in_flight}
+            return {"victim": name, "in_flight": in_flight, "hit": in_flight > 0}
         if fault == "partition":
-            in_flight = _open_runs(self.replicas[self.proxied].log)
+            name, in_flight = self.busiest([self.proxied], "any", self.args.window)
             self.proxy.stalled.set()
             time.sleep(hold)
             self.proxy.stalled.clear()
-            return {"victim": self.proxied, "in_flight": in_flight}
+            return {"victim": name, "in_flight": in_flight, "hit": in_flight > 0}
         if fault == "join-leave":
-            others = [n for n in self.replicas if n != self.proxied]
-            name = random.choice(others or [self.proxied])
-            in_flight = _open_runs(self.replicas[name].log)
+            others = [n for n in self.replicas if n != self.proxied] or [self.proxied]
+            name, in_flight = self.busiest(others, "any", self.args.window)
             self.leave(name)
             self.join(via_proxy=name == self.proxied)
-            return {"victim": name, "in_flight": in_flight}
+            return {"victim": name, "in_flight": in_flight, "hit": in_flight > 0}
+        listed = self.listed()
         doomed = random.sample(sorted(self.pools), max(1, len(self.pools) // 3))
+        mid_storm = sum(not _whole(listed.get(name, {})) for name in doomed)
         for name in doomed:
             self.kube.run("-n", self.namespace, "delete", "spotpool", name, "--wait=false")
             self.pools.pop(name)
-        return {"victim": f"{len(doomed)} pools", "in_flight": 0}
+        return {"victim": f"{len(doomed)} pools", "in_flight": mid_storm, "hit": mid_storm > 0}
 
-    def busiest(self, kinds: tuple[str, ...], wait: float) -> tuple[str, int]:
-        """The replica with the most runs of these kinds under way, waiting up to `wait` s
-        for one to show (else the busiest now); and how many it has."""
+    def busiest(self, names: Iterable[str], aim: str, wait: float) -> tuple[str, int]:
+        """Of `names`, the replica with the most runs of the `aim` (RUN_KINDS' kinds, or
+        "any" run) under way, waiting up to `wait` s for one to show (else the busiest now,
+        with 0); and how many it has."""
         deadline = time.monotonic() + wait
         while True:
-            counts = {n: _open_runs(w.log, kinds) for n, w in self.replicas.items()}
+            counts = {n: self.aimed(self.replicas[n], aim) for n in names}
             name = max(counts, key=lambda n: counts[n])
             if counts[name] or time.monotonic() > deadline:
                 return name, counts[name]
             time.sleep(0.05)
+
+    def aimed(self, world: OperatorWorld, aim: str) -> int:
+        """The runs of `world` that `aim` strikes now: its open runs of the kinds, and for the
+        launch faults only while its RunInstances bucket is (freeze-bucket) or is not
+        (freeze-launch) in debt, i.e. a launch waits there for a token."""
+        if aim == "any":
+            return _open_runs(world.log)
+        runs = _open_runs(world.log, RUN_KINDS[aim])
+        if not runs or aim == "freeze-up":
+            return runs
+        queued = _bucket_empty(world, "RunInstances")
+        return runs if queued == (aim == "freeze-bucket") else 0
 
     # --- the checks --------------------------------------------------------------------------
     def check(self) -> dict[str, int]:
@@ -241,6 +262,7 @@ class Cluster:
                 state = latest_deployment(self.files, PROJECT, stack) or {}
                 tracked |= {str(r.get("id")) for r in state.get("resources") or []
                             if r.get("type") == INSTANCE}  # fmt: skip
+        running = {i for i, item in live.items() if item["InstanceState"] == "RUNNING"}
         pools = self.listed()
         not_whole = not_running = 0
         for pool in pools.values():
@@ -254,6 +276,7 @@ class Cluster:
         return {
             "duplicates": _overlapping_slots(ours),
             "untracked": len(set(live) - tracked),
+            "tracked_gone": len(tracked - running),  # the state names what the cloud no longer runs
             "locks": len(self.files.keys(f"{STATE}/locks/")),
             "not_whole": not_whole,
             "not_running": not_running,
@@ -313,12 +336,33 @@ def _tag(instance: dict[str, Any], key: str) -> str:
 
 
 # What a freeze waits for in the victim's log: a Pulumi up, a fast-path launch (which in a
-# storm at a slow --run-rate spends most of its time waiting at the RunInstances bucket).
-FREEZE_AT = {
+# storm at a slow --run-rate spends most of its time waiting at the RunInstances bucket: the
+# bucket's fill tells a launch queued there from one in its cloud calls).
+RUN_KINDS = {
     "freeze-up": ("up", "replace_slots", "converge", "resume"),
     "freeze-launch": ("launch_replacements",),
     "freeze-bucket": ("launch_replacements",),
 }
+BUCKET_FILL = re.compile(
+    r"^spotpool_cloud_api_bucket_fill_ratio\{(?P<labels>[^}]*)\} (?P<value>\S+)$", re.M
+)
+
+
+def _bucket_empty(world: OperatorWorld, action: str) -> bool:
+    """Whether the replica's bucket of `action` is empty now (a caller waits for a token):
+    its metrics' fill ratio, the lowest over its key pairs and accounts, at 0."""
+    try:
+        text = world.metrics()
+    except OSError:
+        return False
+    fills = [float(m["value"]) for m in BUCKET_FILL.finditer(text)
+             if f'action="{action}"' in m["labels"]]  # fmt: skip
+    return bool(fills) and min(fills) <= 0.0
+
+
+def _whole(pool: dict[str, Any]) -> bool:
+    status = pool.get("status") or {}
+    return status.get("phase") == "Ready" and status.get("readyReplicas") == 1
 
 
 def _open_runs(log: Path, kinds: tuple[str, ...] = ()) -> int:
@@ -340,15 +384,27 @@ def _seconds(stamp: str | None) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
+def _lifetime(item: dict[str, Any]) -> tuple[float, float]:
+    """From creation until gone: the emulator's unrounded moments (`CreatedAt`, `GoneAt`),
+    else its API times (to the second)."""
+    created = item.get("CreatedAt")
+    born = float(created) if created is not None else _seconds(item.get("CreatedTime"))
+    if item.get("GoneAt") is not None:
+        return born, float(item["GoneAt"])
+    return born, _seconds(item.get("GoneTime")) if item.get("Gone") else float("inf")
+
+
 def _overlapping_slots(instances: list[dict[str, Any]]) -> int:
     """Slots (pool uid, slot) that had two instances alive at one moment: each instance alive
-    from its creation until it was gone (the emulator's history, to the second)."""
+    from its creation until it was gone (the emulator's history, unrounded: an instance made
+    half a second before the one it replaces went counts)."""
     by_slot: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for item in instances:
         if item["InstanceState"] == "LAUNCH_FAILED":
             continue
-        span = (_seconds(item.get("CreatedTime")), _seconds(item.get("GoneTime")))
-        by_slot.setdefault((_tag(item, TAG_POOL_UID), _tag(item, TAG_SLOT)), []).append(span)
+        by_slot.setdefault((_tag(item, TAG_POOL_UID), _tag(item, TAG_SLOT)), []).append(
+            _lifetime(item)
+        )
     doubled = 0
     for spans in by_slot.values():
         spans.sort()
@@ -403,10 +459,13 @@ def run(cluster: Cluster, faults: list[str], args: argparse.Namespace) -> None:
     first = cluster.wait_settled(600)
     print(f"{args.pools} pools on {args.replicas} replicas, {args.shards} shards, "
           f"Lease {args.lease:.0f} s: first converge {first:.0f} s")  # fmt: skip
-    header = ("round", "fault", "victim", "in_flight", "reclaimed", "settle_s", "duplicates",
-              "untracked", "locks", "not_whole", "not_running", "changed_stacks", "refused",
-              "late_saves")  # fmt: skip
+    header = ("round", "fault", "victim", "in_flight", "hit", "reclaimed", "settle_s",
+              "duplicates", "untracked", "tracked_gone", "locks", "not_whole", "not_running",
+              "changed_stacks", "refused", "late_saves")  # fmt: skip
     print("\t".join(header))
+    hits: dict[str, int] = {f: 0 for f in faults}
+    tried: dict[str, int] = {f: 0 for f in faults}
+    found: dict[str, int] = {}  # the checks' findings, over the rounds that hit
     for number in range(1, args.rounds + 1):
         fault = faults[(number - 1) % len(faults)]
         cluster.fill()
@@ -416,9 +475,18 @@ def run(cluster: Cluster, faults: list[str], args: argparse.Namespace) -> None:
         struck = cluster.strike(fault)
         settle = cluster.wait_settled(args.settle)
         counts = cluster.check()
-        row = [number, fault, struck["victim"], struck["in_flight"], reclaimed,
-               f"{settle:.0f}", *counts.values()]  # fmt: skip
+        tried[fault] += 1
+        if struck["hit"]:
+            hits[fault] += 1
+            for key, value in counts.items():
+                if key not in ("refused", "late_saves"):
+                    found[key] = found.get(key, 0) + max(0, value)
+        row = [number, fault, struck["victim"], struck["in_flight"],
+               "yes" if struck["hit"] else "no", reclaimed, f"{settle:.0f}",
+               *counts.values()]  # fmt: skip
         print("\t".join(str(cell) for cell in row), flush=True)
+    print("rounds that hit (of run): " + ", ".join(f"{f} {hits[f]}/{tried[f]}" for f in faults))
+    print("findings over the rounds that hit: " + ", ".join(f"{k} {v}" for k, v in found.items()))
 
 
 if __name__ == "__main__":

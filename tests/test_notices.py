@@ -3,6 +3,7 @@ agent, the agent's wire format, and the operator's checks on a report (who may s
 
 import email
 import json
+import subprocess
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -356,7 +357,17 @@ def _agent_run(tmp_path: Path, command: str, timeout: float) -> list[tuple[str, 
     return [(path, body) for path, body, _ in _Fake.reports]
 
 
-def test_the_agent_runs_the_command_and_reports_its_exit_and_duration(tmp_path: Path) -> None:
+def test_the_agent_runs_the_command_and_reports_its_exit_and_duration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    measured: list[agent.CommandResult] = []
+    finish = agent.finish_command
+
+    def timed(*args: Any, **kwargs: Any) -> agent.CommandResult:
+        measured.append(finish(*args, **kwargs))
+        return measured[-1]
+
+    monkeypatch.setattr(agent, "finish_command", timed)
     marker = tmp_path / "marker"
     command = f'sleep 0.5; echo "$SPOTPOOL_INSTANCE_ID $SPOTPOOL_NOTICE_TOKEN" > "{marker}"'
     reports = _agent_run(tmp_path, command, 30)
@@ -366,7 +377,7 @@ def test_the_agent_runs_the_command_and_reports_its_exit_and_duration(tmp_path: 
     assert (result.slot, result.instance_id, result.exit_code, result.timed_out) == (
         2, "ins-abc", 0, False
     )  # fmt: skip
-    assert result.seconds >= 0.5  # the command's own half second, at least
+    assert result.seconds == round(measured[0].seconds, 3)  # what the agent timed (below: how)
 
     reports = _agent_run(tmp_path, "exit 3", 30)
     assert notices.CheckpointReport.model_validate(reports[1][1]).exit_code == 3
@@ -376,11 +387,40 @@ def test_a_command_past_its_timeout_is_killed_and_reported_so(tmp_path: Path) ->
     pids = tmp_path / "pids"
     reports = _agent_run(tmp_path, f'sleep 60 & echo "$! $$" > "{pids}"; sleep 60', 1)
     result = notices.CheckpointReport.model_validate(reports[1][1])
-    assert result.timed_out and result.exit_code == -15 and result.seconds >= 1.0
+    assert result.timed_out and result.exit_code == -15
     # The agent returned with the command's whole session gone, its background child too: it
     # waited for neither minute.
     for pid in map(int, pids.read_text().split()):
         assert not _running(pid), f"process {pid} of the command outlived its timeout"
+
+
+class _Clock:
+    """A monotonic clock the test sets (the agent's `time` module, its other calls real)."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+def test_the_reported_duration_is_the_commands_time_on_the_monotonic_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = _Clock(107.25)
+    monkeypatch.setattr(agent, "time", clock)
+    done = subprocess.Popen(["true"])
+    done.wait()
+    assert agent.finish_command(done, 100.0, 30) == agent.CommandResult(0, 7.25, False)
+    # Past its timeout at the first look: stopped (SIGTERM), timed out, the same clock's time.
+    sleeping = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    clock.now = 131.5
+    result = agent.finish_command(sleeping, 100.0, 30)
+    assert result == agent.CommandResult(-15, 31.5, True)
+    assert agent.finish_command(None, 100.0, 30) == agent.CommandResult(-1, 31.5)
 
 
 def _running(pid: int) -> bool:

@@ -1,12 +1,12 @@
 """Events fenced like status (issue 33, path 7): a replica whose shard went while it worked
 posts neither `Converged` nor `Reclaimed` for the pool; the new holder reports."""
 
-import contextlib
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from spotpool_operator.basics.failures import PoolProblem
 from spotpool_operator.replicas.sharding import shard_of
 from spotpool_operator.replicas.shards import ShardLeases
 from spotpool_operator.reporting.events import FencedEvents
@@ -56,16 +56,28 @@ def test_no_converged_event_from_a_replica_whose_shard_went_mid_up(tmp_path: Pat
     assert "Converged" not in world.events.reasons()
 
 
-def test_no_reclaimed_event_from_a_replica_whose_shard_went(tmp_path: Path) -> None:
+def _reclaim_seen(tmp_path: Path, shard_goes: bool) -> list[str]:
+    """The events posted when the fleet probe saw slot 0 go and the pool's turn came, with the
+    shard's Lease held throughout or slipped away before the turn."""
+    tmp_path.mkdir()
     world, shards = _served(tmp_path)
     body = pool_body("p", uid=UID)
     run(world.reconciler.converge(ref(body)))
     pool = world.reconciler.pools[UID]
     pool.gone_slots = {0}  # the fleet probe saw slot 0 go ...
-    shards.leases[2].drop()  # ... and the shard slipped away before the pool's turn came
-    with contextlib.suppress(Exception):  # NotServed: its engine call is refused too
+    if shard_goes:
+        shards.leases[2].drop()  # ... and the shard slipped away before the pool's turn came
+        with pytest.raises(PoolProblem, match="served by another replica"):  # its engine call too
+            run(world.reconciler.replace_gone(ref(body)))
+    else:
         run(world.reconciler.replace_gone(ref(body)))
-    assert "Reclaimed" not in world.events.reasons()
+    return world.events.reasons()
+
+
+def test_no_reclaimed_event_from_a_replica_whose_shard_went(tmp_path: Path) -> None:
+    # The control: the same steps with the shard held post it (the check below can fail).
+    assert "Reclaimed" in _reclaim_seen(tmp_path / "held", shard_goes=False)
+    assert "Reclaimed" not in _reclaim_seen(tmp_path / "lost", shard_goes=True)
 
 
 def test_fenced_events_check_the_shard_at_the_post() -> None:

@@ -19,9 +19,16 @@ pytestmark = pytest.mark.unit
 
 
 def test_a_pools_shard_is_stable_and_spread_evenly() -> None:
-    assert shard_of("6f1c5a52-2f0e-4a43-9d36-0d8f7f3d7c11", 16) == shard_of(
-        "6f1c5a52-2f0e-4a43-9d36-0d8f7f3d7c11", 16
-    )
+    # Pinned: a pool's shard is part of the contract between versions (a rolling upgrade runs
+    # both); a change of the hash moves pools between shards and fails here.
+    pinned = {
+        "6f1c5a52-2f0e-4a43-9d36-0d8f7f3d7c11": [1, 1, 3, 15, 47],
+        "0b7e2d1c-9a44-4f3e-8c51-2d6a9e0f1b23": [0, 1, 0, 0, 16],
+        "f3a9c4e0-1d2b-4c5e-9f60-7a8b9c0d1e2f": [0, 1, 0, 8, 56],
+        "uid-1": [1, 0, 3, 7, 55],
+    }
+    for uid, shards in pinned.items():
+        assert [shard_of(uid, n) for n in (2, 3, 4, 16, 64)] == shards, uid
     assert shard_of("6f1c5a52-2f0e-4a43-9d36-0d8f7f3d7c11", 1) == 0
     spread = Counter(shard_of(str(uuid.UUID(int=random.Random(7).getrandbits(128) + i)), 16)
                      for i in range(4000))  # fmt: skip

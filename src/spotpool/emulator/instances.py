@@ -198,6 +198,10 @@ class InstanceRecord(BaseModel):
             Gone=self.gone,
             GoneReason=self.gone_reason,
             GoneTime=iso(self.gone_at) if self.gone_at else None,
+            # The same two moments unrounded (the API's times are to the second): a check of
+            # overlapping lifetimes needs what happened inside one second.
+            CreatedAt=self.created,
+            GoneAt=self.gone_at,
             SpotTerminationTime=iso(self.termination_time) if self.termination_time else None,
         )
         return view
