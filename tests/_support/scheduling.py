@@ -10,10 +10,10 @@ it no worker ever waits at the lock (an idle worker is a core lost on this machi
 
 from typing import Any
 
-from xdist.scheduler import LoadFileScheduling
+from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]
 
 
-class HeavyLaneScheduling(LoadFileScheduling):
+class HeavyLaneScheduling(LoadFileScheduling):  # type: ignore[misc]
     def __init__(self, config: Any, log: Any = None, heavy: frozenset[str] = frozenset()) -> None:
         super().__init__(config, log)
         self.heavy = heavy
@@ -29,11 +29,12 @@ class HeavyLaneScheduling(LoadFileScheduling):
     def _pick(self) -> str | None:
         """The next file to hand out: the first heavy one when the lane is free, else the first
         light one; None when only heavy ones are left and one runs (the worker waits)."""
+        queued: list[str] = list(self.workqueue)
         if not self._heavy_running():
-            heavy = next((scope for scope in self.workqueue if scope in self.heavy), None)
+            heavy = next((scope for scope in queued if scope in self.heavy), None)
             if heavy is not None:
                 return heavy
-        return next((scope for scope in self.workqueue if scope not in self.heavy), None)
+        return next((scope for scope in queued if scope not in self.heavy), None)
 
     def _assign_work_unit(self, node: Any) -> None:
         scope = self._pick()

@@ -231,8 +231,9 @@ def test_an_old_instances_token_is_refused_and_floods_are_capped(
 
     # The instance's own token still works after all that, once the address's bucket holds a
     # token again (20 a second): a 429 until then, then its answer.
-    code, message = wait_until(
-        lambda: (reply := _post(notice_world, new, new_id, when))[0] != 429 and reply,
-        "the address's bucket refilled", 10, every=0.1,
-    )  # fmt: skip
+    def answered() -> tuple[int, str] | None:
+        reply = _post(notice_world, new, new_id, when)
+        return reply if reply[0] != 429 else None
+
+    code, message = wait_until(answered, "the address's bucket refilled", 10, every=0.1)
     assert code == 202, message
