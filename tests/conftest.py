@@ -70,7 +70,6 @@ def _one_heavy_world_at_a_time(
 # last: a long module handed out late would run alone at the end.
 HEAVY = (
     "e2e/test_operator_shards",  # 206 s
-    "e2e/test_credentials_lifetime",  # 167
     "e2e/test_fast_path_handover",  # 155
     "e2e/test_delete_mid_storm",  # 105
     "e2e/test_fencing_operators",  # 96
@@ -79,6 +78,7 @@ HEAVY = (
     "e2e/test_fencing",  # 45 (one test heavy)
 )
 LONGEST_FIRST = (
+    "e2e/test_credentials_lifetime",  # 167, waiting for 70 s boots most of it
     "e2e/test_operator",  # 125
     "e2e/test_deploy",  # 98
     "e2e/test_notice_bounds",  # 89

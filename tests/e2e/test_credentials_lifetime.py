@@ -12,7 +12,9 @@ from spotpool.localworld.operator import OperatorWorld, pool_manifest
 from tests.e2e.conftest import operator_world
 from tests.sts_world import ACCOUNT_A, ACCOUNT_B, ROLE_B, configure, role
 
-pytestmark = [pytest.mark.e2e, pytest.mark.heavy]
+# Not `heavy`: one operator and four instances, waiting most of its time for instances that boot
+# for longer than a key lives (little CPU); it runs beside the heavy lane, handed out first.
+pytestmark = pytest.mark.e2e
 LIFE_SECONDS = 60
 BOOT_SECONDS = LIFE_SECONDS + 10  # an up waits for RUNNING: every up outlives a key
 

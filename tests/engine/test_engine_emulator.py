@@ -359,10 +359,11 @@ def test_no_stock_and_no_fallback_fails_saying_so_and_creates_nothing_more(
 def test_an_operation_past_its_timeout_is_killed_with_its_plugins_and_recovered(
     tmp_path: Path,
 ) -> None:
-    """An `up` that hangs (instances that take 20 s to boot) is killed at its timeout — the CLI
-    and the provider plugin, nothing left running — and the next operation recovers its lock."""
+    """An `up` that hangs (instances that take 10 s to boot, past its 6 s timeout however soon
+    it sends RunInstances) is killed at its timeout — the CLI and the provider plugin, nothing
+    left running — and the next operation recovers its lock."""
     require_tool("pulumi")
-    emulator = start_emulator(tmp_path / "cloud.db", tmp_path / "emulator.log", boot_seconds=20)
+    emulator = start_emulator(tmp_path / "cloud.db", tmp_path / "emulator.log", boot_seconds=10)
     try:
         settings = EngineSettings(
             backend_url=f"file://{tmp_path / 'backend'}",
