@@ -237,7 +237,11 @@ def main() -> None:
     for seed in (int(s) for s in args.seeds.split(",")):
         for strategy in strategies:
             with tempfile.TemporaryDirectory(prefix="spotpool-placement-") as tmp:
-                results[strategy].append(one_run(strategy, seed, args, Path(tmp)))
+                t = one_run(strategy, seed, args, Path(tmp))
+            results[strategy].append(t)
+            print(f"  {strategy}, seed {seed}: {t.total_reclaims} reclaims "
+                  f"({t.reclaims.get(ZONE_A, 0)} in A), gap {t.gap_seconds:.0f} instance-s, "
+                  f"spend {t.spend:.2f}", flush=True)  # fmt: skip
     print()
     print("| strategy | seed | reclaims (A / B) | capacity gap (instance-s) "
           "| instance-hours A / B | spend (run + lost) |")  # fmt: skip

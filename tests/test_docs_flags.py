@@ -37,6 +37,8 @@ DOCS = [
 OTHER_TOOLS = {
     "--show-secrets": "pulumi stack export",
     "--randomly-seed": "pytest (pytest-randomly)",
+    "--slowest-modules": "pytest (tests/conftest.py)",
+    "--dist": "pytest (pytest-xdist)",
     "--target": "pulumi up",
     "--refresh": "pulumi up",
     "--create-namespace": "helm install",

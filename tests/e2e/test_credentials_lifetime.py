@@ -1,4 +1,4 @@
-"""Temporary keys that live a minute (the emulator's cap), under an operator whose every `up`
+"""Temporary keys that live half a minute (the emulator's cap), under an operator whose every `up`
 and reclaim storm takes longer than that (instances boot for longer than a key lives): every
 call of the operator's SDK, its fast path, its fleet probe and its Pulumi runs is signed with
 live keys, so not one is refused."""
@@ -15,7 +15,7 @@ from tests.sts_world import ACCOUNT_A, ACCOUNT_B, ROLE_B, configure, role
 # Not `heavy`: one operator and four instances, waiting most of its time for instances that boot
 # for longer than a key lives (little CPU); it runs beside the heavy lane, handed out first.
 pytestmark = pytest.mark.e2e
-LIFE_SECONDS = 60
+LIFE_SECONDS = 30  # renewed at two thirds of it: ten seconds to spare
 BOOT_SECONDS = LIFE_SECONDS + 10  # an up waits for RUNNING: every up outlives a key
 
 
