@@ -81,6 +81,17 @@ def _imported_tests(tree: ast.Module) -> Iterator[tuple[int, str]]:
                 break
 
 
+def test_the_heavy_lane_lists_exactly_the_modules_with_a_heavy_test() -> None:
+    from tests.conftest import HEAVY
+
+    marked = {
+        f"{path.parent.name}/{path.stem}"
+        for path, tree in _modules()
+        if any(isinstance(n, ast.Attribute) and n.attr == "heavy" for n in ast.walk(tree))
+    }
+    assert marked == set(HEAVY)
+
+
 def test_no_test_module_imports_another() -> None:
     wrong = [
         f"{path.relative_to(TESTS)}:{line}: {name}"
