@@ -10,17 +10,15 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from aiohttp import web
 
-from spotpool.emulator.iam import IamSettings
-from spotpool.emulator.limits import LimitSettings
-from spotpool.emulator.reclaim_rates import parse_rates
-from spotpool.emulator.server import Emulator, build_app
-from spotpool.emulator.store import CloudStore
-from spotpool.emulator.world import Settings, World
+if TYPE_CHECKING:
+    from spotpool.emulator.server import Emulator
+
+# The server's modules (aiohttp, the world, SQLite) are imported by `serve` alone: the admin
+# commands are a second's worth of HTTP, not worth their import on a busy machine.
 
 # Well-known, documented keys like LocalStack's "test"/"test": the emulator guards nothing real.
 DEFAULT_SECRET_ID = "AKIDspotpoolEMULATOR0000000000000000"
@@ -99,6 +97,13 @@ def serve(
 ) -> None:
     """Serve the Tencent Cloud API 3.0 (cvm, tag, cbs, vpc, sts) and the /_emulator admin
     routes."""
+    from spotpool.emulator.iam import IamSettings
+    from spotpool.emulator.limits import LimitSettings
+    from spotpool.emulator.reclaim_rates import parse_rates
+    from spotpool.emulator.server import Emulator
+    from spotpool.emulator.store import CloudStore
+    from spotpool.emulator.world import Settings, World
+
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
     )
@@ -137,8 +142,12 @@ def serve(
     asyncio.run(_serve(emulator, host, port, state))
 
 
-async def _serve(emulator: Emulator, host: str, port: int, state: Path) -> None:
+async def _serve(emulator: "Emulator", host: str, port: int, state: Path) -> None:
     """Serve until SIGTERM or SIGINT, then close the state file cleanly."""
+    from aiohttp import web
+
+    from spotpool.emulator.server import build_app
+
     runner = web.AppRunner(build_app(emulator), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
@@ -216,6 +225,8 @@ def iam(
 ) -> None:
     """Add accounts' key pairs, roles (trust policies) and OIDC providers to a running
     emulator (a role of the same ARN is replaced); prints the identities it then holds."""
+    from spotpool.emulator.iam import IamSettings
+
     try:
         body = IamSettings.model_validate_json(file.read_bytes())
     except (OSError, ValueError) as error:
