@@ -83,6 +83,7 @@ LONGEST_FIRST = (
     "e2e/test_fencing",  # 45 (one test heavy)
     "e2e/test_drift",  # 50
     "e2e/test_frozen_replica",  # 59, heavy
+    "e2e/test_docs_recipes",  # 196 alone on a loaded machine, heavy
 )
 
 

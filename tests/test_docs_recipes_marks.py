@@ -59,13 +59,15 @@ def test_what_differs_between_runs_is_left_out_and_nothing_else() -> None:
         "gpu-pool   3   3   Ready   Converged   0   14s   1.332   up   succeeded\n"
         "15s   Warning   Reclaimed   spotpool/gpu-pool   the cloud reclaimed 1 instance(s): "
         "slot 2 (ins-3rijih0g); replacing\n"
-        '  - lastTransitionTime: "2026-11-28T08:05:35Z"'
+        '  - lastTransitionTime: "2026-11-28T08:05:35Z"\n'
+        "default.gpu-pool  45 seconds ago  6"
     )
     shown = [
         "gpu-pool   3         3       Ready   Converged   0   2m1s   1.332   up   succeeded",
         "1s  Warning  Reclaimed  spotpool/gpu-pool  the cloud reclaimed 1 instance(s): "
         "slot 0 (ins-00000000); replacing",
         '  - lastTransitionTime: "2026-11-27T01:02:03Z"',
+        "default.gpu-pool  2 minutes ago  6",
         "…",
     ]
     assert missing(shown, printed) == []

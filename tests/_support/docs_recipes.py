@@ -127,6 +127,7 @@ _VOLATILE = [
     (re.compile(r"\b\d+(\.\d+)? s\b"), "N s"),
     (re.compile(r"\b\d{1,3}(\.\d{1,3}){3}\b"), "IP"),
     (re.compile(r"\bslot \d+\b"), "slot N"),
+    (re.compile(r"\b(\d+|a|an) (second|minute|hour|day)s? ago\b"), "WHEN ago"),
     (re.compile(r"127\.0\.0\.1:\d+|localhost:\d+"), "LOOPBACK"),
 ]
 
