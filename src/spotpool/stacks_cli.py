@@ -44,7 +44,8 @@ def list_stacks(backend: str | None = BACKEND) -> None:
             ", ".join(f"slot {d.slot}: {', '.join(f.field for f in d.fields)}" for d in view.drift)
             or "-",
         )
-    console.print(table)
+    # Piped or logged: whole lines, not a table wrapped into the default 80 columns.
+    (console if console.is_terminal else Console(width=200)).print(table)
 
 
 @app.command("show")

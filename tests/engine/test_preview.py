@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import SecretStr
 
 from spotpool.api.status import Changes
+from spotpool.engine.runs import config_file
+from spotpool.engine.state import config_crypt
 from spotpool.preview import manifests, report
 from spotpool.preview.run import preview_manifests, preview_stacks
 from tests.emulator.harness import SECRET_ID, SECRET_KEY
@@ -148,3 +151,31 @@ def test_all_stacks_mode_and_cli_exit_codes(world: EngineWorld, tmp_path: Path) 
     run = subprocess.run([spotpool, "preview", "-f", str(files), "--format", "text"], env=env,
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 1 and "ERROR" in run.stdout, run.stdout + run.stderr
+
+
+def test_settings_another_passphrase_left_do_not_break_a_preview_or_an_up(
+    world: EngineWorld, tmp_path: Path
+) -> None:
+    """The README's world by hand, then another try with another passphrase: the shared work
+    dir holds `Pulumi.team-a.gpu.yaml` salted for the first. A preview of the pool (not in
+    this backend) and the first `up` of its stack use settings of their own, not that file
+    (which made the CLI fail with `incorrect passphrase`)."""
+    other = world.settings.model_copy(update={"passphrase": SecretStr("an earlier try's")})
+    stale = world.settings.work_root / "team-a.gpu" / "Pulumi.team-a.gpu.yaml"
+    config_file.prepare_new_stack(stale, other)
+    passphrase = world.settings.passphrase.get_secret_value()
+    with pytest.raises(config_crypt.WrongPassphrase):
+        config_crypt.key_for(yaml.safe_load(stale.read_text())["encryptionsalt"], passphrase)
+
+    files = tmp_path / "manifests"
+    files.mkdir()
+    _manifest(files, "gpu", 2)
+    [fresh] = preview_manifests(manifests.find([files]), world.settings, world.credentials)
+    assert fresh.error is None, fresh.error
+    assert fresh.instances == Changes(create=2)
+
+    stack = world.pool("gpu")
+    stack.up(world.config(stack, 1))
+    assert len(world.cloud_instances(stack)) == 1
+    # The pool's own settings now: this passphrase's salt.
+    config_crypt.key_for(yaml.safe_load(stale.read_text())["encryptionsalt"], passphrase)

@@ -146,9 +146,18 @@ def test_paused_pool_is_left_alone(tmp_path: Path) -> None:
     run(world.reconciler.check_reclaims(ref(pool_body(generation=2, paused=True))))
     assert world.cloud.calls == [("up", "team-a.gpu")]
     assert world.cluster.last("team-a/gpu")["phase"] == "Paused"
-    with pytest.raises(PoolProblem) as raised:
-        run(world.reconciler.delete(ref(pool_body(generation=2, paused=True))))
-    assert raised.value.reason == "Paused"
+    for _ in range(2):  # the finalizer's retries
+        with pytest.raises(PoolProblem) as raised:
+            run(world.reconciler.delete(ref(pool_body(generation=2, paused=True))))
+        assert raised.value.reason == "DeletionPaused"
+    # The deletion's wait is said where a person looks: the condition and one Event.
+    status = world.cluster.last("team-a/gpu")
+    progressing = next(c for c in status["conditions"] if c["type"] == "Progressing")
+    assert progressing["reason"] == "DeletionPaused"
+    assert "deletion waits" in progressing["message"]
+    said = [m for _, r, m in world.events.posted if r == "DeletionPaused"]
+    assert len(said) == 1 and "set paused to false" in said[0]
+    assert world.cloud.calls == [("up", "team-a.gpu")]
 
 
 def test_missing_secret_is_a_condition_and_an_event_not_an_up(tmp_path: Path) -> None:

@@ -29,17 +29,15 @@ NO_OPERATOR_IDENTITY = (
 _STS_REASONS = {
     "UnauthorizedOperation": (
         "RoleNotTrusted",
-        "the role's trust policy does not let this identity assume it: add the caller "
-        "(account, or OIDC issuer and subject) to the role's trust policy",
+        "add the caller (account, or OIDC issuer and subject) to the role's trust policy",
     ),
     "ResourceNotFound.RoleNotFound": (
         "RoleNotFound",
-        "no such role: check assumeRole.roleArn (qcs::cam::uin/<account>:roleName/<name>)",
+        "check assumeRole.roleArn (qcs::cam::uin/<account>:roleName/<name>)",
     ),
     "InvalidParameter.WebIdentityTokenError": (
         "WebIdentityRefused",
-        "the service-account token was refused: check that CAM's identity provider trusts "
-        "the cluster's issuer and the token's audience",
+        "check that CAM's identity provider trusts the cluster's issuer and the token's audience",
     ),
 }
 
@@ -66,14 +64,29 @@ def resolve(
     return _from_sts(lambda: cache.role(base, role, endpoint), role.role_arn)
 
 
+# Refusals whose code is shared by several causes, told apart by what STS says.
+_EXTERNAL_ID = (
+    "ExternalIdMismatch",
+    "set spec.assumeRole.externalId to the external id the role's trust policy asks for",
+)
+
+
+def sts_problem(error: StsError, role_arn: str) -> PoolProblem:
+    """The condition for an STS refusal: the cause first (a reason naming it, STS's own words),
+    then what to fix."""
+    if "externalid" in error.message.replace(" ", "").lower():
+        reason, fix = _EXTERNAL_ID
+    else:
+        reason, fix = _STS_REASONS.get(error.code, ("AssumeRoleFailed", "see the STS error"))
+    said = error.message.rstrip(". ")
+    return PoolProblem(reason, f"STS refused role {role_arn}: {said} ({error.code}). To fix: {fix}")
+
+
 def _from_sts(obtain: Callable[[], Credentials], role_arn: str) -> Credentials:
     try:
         return obtain()
     except StsError as error:
-        reason, fix = _STS_REASONS.get(error.code, ("AssumeRoleFailed", "see the STS error"))
-        raise PoolProblem(
-            reason, f"STS refused role {role_arn}: {fix} ({error.code}: {error.message})"
-        ) from None
+        raise sts_problem(error, role_arn) from None
 
 
 def _keys(cluster: Cluster, namespace: str, spec: SpotpoolSpec) -> Credentials:

@@ -7,6 +7,7 @@ from datetime import datetime
 from pydantic import ValidationError
 
 from spotpool.api.spec import DeletionPolicy, SpotpoolSpec
+from spotpool.api.status import SpotpoolStatus
 from spotpool.engine.basics.errors import InstancesRemain
 from spotpool.engine.tencent.credentials import Credentials
 from spotpool_operator.basics.credentials import resolve
@@ -23,6 +24,11 @@ def _listed(held: dict[str, str]) -> str:
     return ", ".join(f"{instance} ({name})" for name, instance in sorted(held.items()))
 
 
+def _says(status: SpotpoolStatus, reason: str) -> bool:
+    """Whether the pool's Progressing condition already gives this reason."""
+    return any(c.type == "Progressing" and c.reason == reason for c in status.conditions)
+
+
 class Deletion(PoolWork):
     # --- delete -------------------------------------------------------------------------------
 
@@ -32,11 +38,13 @@ class Deletion(PoolWork):
         async with pool.lock:
             retain = ref.spec.get("deletionPolicy") == DeletionPolicy.RETAIN.value
             if ref.spec.get("paused"):
-                raise PoolProblem(
-                    "Paused",
-                    "spec.paused is true, so the pool is left as it is and deletion waits: "
-                    "set paused to false to let it finish",
-                )
+                if not _says(pool.status, "DeletionPaused"):  # once, not at every retry
+                    status = render.paused(pool.status, ref.generation, self.clock(), True)
+                    await self._write(pool, ref, status)
+                    self.events.post(
+                        ref.event_ref(), "Warning", "DeletionPaused", render.PAUSED_DELETION
+                    )
+                raise PoolProblem("DeletionPaused", render.PAUSED_DELETION)
             started = self.clock()
             verb = "forgetting the stack, keeping the instances" if retain else "destroying"
             status = render.progressing(pool.status, "Deleting", verb, ref.generation, started)

@@ -30,6 +30,7 @@ from spotpool_operator.cloud.interruptions import (
 from spotpool_operator.cloud.strays import StraySweep
 from spotpool_operator.process import handlers, kopf_namespaces
 from spotpool_operator.process.cloudcheck import cloud_lookup
+from spotpool_operator.process.lease_home import warn_about_lease_home
 from spotpool_operator.process.reconciler import Reconciler
 from spotpool_operator.replicas.shards import ShardLeases
 from spotpool_operator.reporting.events import DirectEvents, KopfEvents
@@ -58,6 +59,7 @@ def run(settings: OperatorSettings) -> None:
     if settings.metrics_port:
         metrics.serve(settings.metrics_host, settings.metrics_port)
     cluster = KubeCluster()
+    warn_about_lease_home(cluster.core(), settings.lease_namespace)
     host, pid = socket.gethostname(), os.getpid()
     shards = None
     if settings.lease_namespace:

@@ -218,9 +218,19 @@ def failed(
     return kstatus(status.model_copy(update=update), generation, now)
 
 
-def paused(status: SpotpoolStatus, generation: int | None, now: datetime) -> SpotpoolStatus:
-    message = "spec.paused is true: no changes are made to this pool"
-    status = with_condition(status, PROGRESSING, False, "Paused", message, generation, now)
+PAUSED = "spec.paused is true: no changes are made to this pool"
+PAUSED_DELETION = (
+    "spec.paused is true, so the pool is left as it is and deletion waits: set paused to false "
+    "to let it finish"
+)
+
+
+def paused(
+    status: SpotpoolStatus, generation: int | None, now: datetime, deleting: bool = False
+) -> SpotpoolStatus:
+    """Paused: no changes made; `deleting`: the pool's deletion waits for the unpause."""
+    reason, message = ("DeletionPaused", PAUSED_DELETION) if deleting else ("Paused", PAUSED)
+    status = with_condition(status, PROGRESSING, False, reason, message, generation, now)
     status = status.model_copy(update={"phase": Phase.PAUSED, "observed_generation": generation})
     return kstatus(status, generation, now)
 

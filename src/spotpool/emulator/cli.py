@@ -1,5 +1,6 @@
-"""`spotpool emulator serve | reclaim | price`: run the local Tencent Cloud, take spot instances
-back, move a spot price."""
+"""`spotpool emulator serve | reclaim | price | capacity | iam | instances`: run the local Tencent
+Cloud, take spot instances back, move a spot price, sell a zone out, add identities, list what
+runs where."""
 
 import asyncio
 import json
@@ -9,17 +10,15 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from aiohttp import web
 
-from spotpool.emulator.iam import IamSettings
-from spotpool.emulator.limits import LimitSettings
-from spotpool.emulator.reclaim_rates import parse_rates
-from spotpool.emulator.server import Emulator, build_app
-from spotpool.emulator.store import CloudStore
-from spotpool.emulator.world import Settings, World
+if TYPE_CHECKING:
+    from spotpool.emulator.server import Emulator
+
+# The server's modules (aiohttp, the world, SQLite) are imported by `serve` alone: the admin
+# commands are a second's worth of HTTP, not worth their import on a busy machine.
 
 # Well-known, documented keys like LocalStack's "test"/"test": the emulator guards nothing real.
 DEFAULT_SECRET_ID = "AKIDspotpoolEMULATOR0000000000000000"
@@ -96,7 +95,15 @@ def serve(
         "asks (tests of renewal use a minute; unset: as asked, up to 12 h).",
     ),
 ) -> None:
-    """Serve the Tencent Cloud API 3.0 (cvm, tag, cbs, vpc) and the /_emulator admin routes."""
+    """Serve the Tencent Cloud API 3.0 (cvm, tag, cbs, vpc, sts) and the /_emulator admin
+    routes."""
+    from spotpool.emulator.iam import IamSettings
+    from spotpool.emulator.limits import LimitSettings
+    from spotpool.emulator.reclaim_rates import parse_rates
+    from spotpool.emulator.server import Emulator
+    from spotpool.emulator.store import CloudStore
+    from spotpool.emulator.world import Settings, World
+
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
     )
@@ -135,8 +142,12 @@ def serve(
     asyncio.run(_serve(emulator, host, port, state))
 
 
-async def _serve(emulator: Emulator, host: str, port: int, state: Path) -> None:
+async def _serve(emulator: "Emulator", host: str, port: int, state: Path) -> None:
     """Serve until SIGTERM or SIGINT, then close the state file cleanly."""
+    from aiohttp import web
+
+    from spotpool.emulator.server import build_app
+
     runner = web.AppRunner(build_app(emulator), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
@@ -187,6 +198,74 @@ def price(
     body: dict[str, object] = {"Zone": zone, "InstanceType": instance_type, "Price": spot_price}
     for reclaimed_id in _post(endpoint, "/_emulator/prices", body)["Reclaimed"]:
         typer.echo(reclaimed_id)
+
+
+@app.command()
+def capacity(
+    endpoint: str = typer.Option(..., help="The emulator, e.g. http://127.0.0.1:9000."),
+    zone: str = typer.Option(..., help="Zone, e.g. ap-singapore-2."),
+    instance_type: str = typer.Option(..., help="Instance type, e.g. GN7.2XLARGE32."),
+    available: int | None = typer.Option(
+        None, min=0, help="Spot instances it still sells (0: sold out; omit to lift the limit)."
+    ),
+) -> None:
+    """Set a zone x type's spot stock: launches beyond it fail with ResourceInsufficient."""
+    body: dict[str, object] = {"Zone": zone, "InstanceType": instance_type, "Available": available}
+    _post(endpoint, "/_emulator/capacity", body)
+    said = "no limit" if available is None else f"{available} available"
+    typer.echo(f"{zone} {instance_type}: {said}")
+
+
+@app.command()
+def iam(
+    endpoint: str = typer.Option(..., help="The emulator, e.g. http://127.0.0.1:9000."),
+    file: Path = typer.Option(
+        ..., "--file", "-f", help="The body `serve --iam` takes: Keys, Roles, OidcProviders."
+    ),
+) -> None:
+    """Add accounts' key pairs, roles (trust policies) and OIDC providers to a running
+    emulator (a role of the same ARN is replaced); prints the identities it then holds."""
+    from spotpool.emulator.iam import IamSettings
+
+    try:
+        body = IamSettings.model_validate_json(file.read_bytes())
+    except (OSError, ValueError) as error:
+        raise typer.BadParameter(str(error), param_hint="--file") from None
+    reply = _post(endpoint, "/_emulator/iam", body.model_dump(by_alias=True, exclude_none=True))
+    for role in reply.get("Roles") or []:
+        typer.echo(f"role qcs::cam::uin/{role.get('Account')}:roleName/{role.get('RoleName')}")
+    for provider in reply.get("OidcProviders") or []:
+        typer.echo(f"oidc provider {provider.get('Name')}: {provider.get('Issuer')}")
+
+
+@app.command()
+def instances(
+    endpoint: str = typer.Option(..., help="The emulator, e.g. http://127.0.0.1:9000."),
+    every: bool = typer.Option(False, "--all", help="Also terminated and reclaimed ones."),
+) -> None:
+    """List the cloud's instances: the account each runs in, its zone, type, charge type,
+    state, and the pool its tags name."""
+    request = urllib.request.Request(endpoint.rstrip("/") + "/_emulator/instances")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            listed: list[dict[str, Any]] = json.load(response)["Instances"]
+    except urllib.error.URLError as error:
+        typer.echo(f"cannot reach the emulator at {endpoint}: {error.reason}", err=True)
+        raise typer.Exit(1) from None
+    rows = [("INSTANCE", "ACCOUNT", "ZONE", "TYPE", "CHARGE", "STATE", "POOL")]
+    for item in listed:
+        if item.get("Gone") and not every:
+            continue
+        tags = {t.get("Key"): t.get("Value") for t in item.get("Tags") or []}
+        pool = tags.get("spotpool-pool", "")
+        state = item.get("GoneReason") or item.get("InstanceState") or ""
+        rows.append(
+            (item.get("InstanceId", ""), item.get("Account", ""), item.get("Zone", ""),
+             item.get("InstanceType", ""), item.get("InstanceChargeType", ""), state, pool)
+        )  # fmt: skip
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        typer.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
 
 
 def _post(endpoint: str, path: str, body: dict[str, object]) -> dict[str, Any]:

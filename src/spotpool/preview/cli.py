@@ -68,6 +68,13 @@ def preview(
     cloud_endpoint: str | None = typer.Option(
         None, envvar="SPOTPOOL_CLOUD_ENDPOINT", help="`spotpool emulator` URL; unset: real cloud."
     ),
+    work_dir: Path | None = typer.Option(
+        None,
+        "--work-dir",
+        envvar="SPOTPOOL_WORK_DIR",
+        help="The operator's per-stack workspaces, read for each stack's settings (default: "
+        "the local one); a file another passphrase wrote there is not used.",
+    ),
     namespace: str = typer.Option("default", help="Namespace of manifests that name none."),
     output_format: Format = typer.Option(Format.MARKDOWN, "--format"),
     output: Path | None = typer.Option(None, "--output", help="Write here instead of stdout."),
@@ -87,6 +94,7 @@ def preview(
         raise typer.BadParameter(str(err)) from None
     settings.backend_url = backend or settings.backend_url
     settings.cloud_endpoint = cloud_endpoint or settings.cloud_endpoint
+    settings.work_root = work_dir or settings.work_root
     credentials = _credentials()
     found = manifests.find(files, namespace) if files else []
     previews = preview_manifests(found, settings, credentials) if files else []

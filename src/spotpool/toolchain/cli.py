@@ -67,7 +67,8 @@ def install_command(
             try:
                 obtained = future.result()
                 record = obtained.record
-                if not obtained.placed:
+                cached = obtained.placed  # installed before: its build time is not this run's
+                if not cached:
                     record = place(tool, record, local_source)
             except ToolUnavailable as err:
                 if tool.optional_because:
@@ -79,9 +80,11 @@ def install_command(
                 console.print(f"[red]✗ {tool.name} {tool.version} cannot be had here:[/] {err}")
                 failed.append(tool.name)
                 continue
-            took = record.seconds if record.source in BUILT else 0.0
+            took = f"{record.seconds if record.source in BUILT else 0.0:.1f}"
             peak = f"{record.peak_rss_mib:.0f}" if record.peak_rss_mib else "-"
-            table.add_row(tool.name, tool.version, record.source, f"{took:.1f}", peak)
+            if cached:
+                took, peak = "cached", "-"
+            table.add_row(tool.name, tool.version, record.source, took, peak)
     console.print(table)
     console.print(f"toolchain: {time.monotonic() - started:.0f} s in all")
     if failed:

@@ -21,6 +21,30 @@ def settings_path(work_dir: Path | str, stack_name: str) -> Path:
     return Path(work_dir) / f"Pulumi.{stack_name.split('/')[-1]}.yaml"
 
 
+def is_stale(path: Path, passphrase: str) -> bool:
+    """Whether the settings file at `path` holds a secrets key this passphrase does not open:
+    left by a run with another passphrase (another world, another backend, a by-hand try),
+    it would only make the CLI fail with `incorrect passphrase`. A file without a key of its
+    own, or one that is not readable as settings, is not judged here."""
+    try:
+        settings = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return False
+    if not isinstance(settings, dict) or not any(
+        settings.get(k) for k in ("encryptionsalt", "encryptedkey")
+    ):
+        return False
+    return _secrets_key(settings, passphrase) is None
+
+
+def drop_if_stale(path: Path, passphrase: str) -> bool:
+    """Remove the settings file at `path` when `is_stale`; True when it did."""
+    if path.exists() and is_stale(path, passphrase):
+        path.unlink(missing_ok=True)
+        return True
+    return False
+
+
 def prepare_new_stack(path: Path, settings: EngineSettings) -> dict[str, object]:
     """Before a stack the backend does not hold is made (`path` does not exist yet): a
     settings file with the process's salt or wrapped data key (the CLI keeps one it finds).

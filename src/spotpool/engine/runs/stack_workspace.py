@@ -66,6 +66,9 @@ def select_stack(
         ),
     )
     settings_file = config_file.settings_path(work_dir, pool.name)
+    # A settings file another passphrase's run left here (the work dir outlives a world, or is
+    # shared by runs on several backends) is replaced, not handed to the CLI to fail on.
+    config_file.drop_if_stale(settings_file, settings.passphrase.get_secret_value())
     if create and not settings_file.exists():
         # A stack a self-managed backend does not hold is made here, as `pulumi stack init`
         # makes it, with the process's salt: no CLI run before its first `up`.

@@ -40,12 +40,16 @@ def preview(
         work_dir = Path(tmp) / "workspace"
         work_dir.mkdir()
         settings_file = own_work_dir(pool) / f"Pulumi.{pool.name}.yaml"
-        if settings_file.exists():  # keeps the stack's encryption salt
-            shutil.copy2(settings_file, work_dir / settings_file.name)
+        copied = work_dir / settings_file.name
+        if settings_file.exists():  # keeps the stack's encryption salt (if this passphrase's)
+            shutil.copy2(settings_file, copied)
         try:
             try:
                 stack = select_stack(pool, work_dir=work_dir, create=False)
             except auto.StackNotFoundError:
+                # A new pool: a new stack in the throwaway backend, with no settings of
+                # another stack of that name (a by-hand run's, another backend's).
+                copied.unlink(missing_ok=True)
                 stack = select_stack(pool, work_dir=work_dir, backend=f"file://{tmp}")
             state = state_of(stack)
             # As an up plans it: the slots' fallbacks and adoptions carried over.
