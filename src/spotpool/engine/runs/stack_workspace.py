@@ -135,10 +135,11 @@ def pulumi_env(pool: StackView) -> dict[str, str]:
         env["TENCENTCLOUD_PROTOCOL"] = "HTTP"
         env["HTTP_PROXY"] = settings.cloud_endpoint
         env["http_proxy"] = settings.cloud_endpoint
-    # The provider's calls take the operator's tokens; calls signed with temporary keys are
-    # re-signed there with the live ones (a run may outlive the keys it started with).
-    if settings.rate_limit_runs or pool.credentials.temporary:
-        env.update(api_proxy.proxy_for(settings.cloud_endpoint).env())
+    # The provider's calls go through the local API proxy, always: each run signs with
+    # placeholder keys (run_fence.admitted) that the proxy checks and replaces with the real
+    # ones — renewed, when temporary (a run may outlive the keys it started with) — and
+    # they take the operator's rate-limit tokens (unless rate_limit_runs is off).
+    env.update(api_proxy.proxy_for(settings.cloud_endpoint, settings.rate_limit_runs).env())
     # Stacks of either provider open, whichever new stacks get (settings.secrets_provider).
     env.update(keyserver.service_for(settings.passphrase.get_secret_value()).env())
     env["PULUMI_HOME"] = str(engine_home(settings.work_root))
