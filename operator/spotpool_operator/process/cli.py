@@ -40,6 +40,22 @@ def _duration(text: str, flag: str) -> float:
 
 
 def _passphrase(passphrase_file: Path | None) -> SecretStr:
+    """The stacks' passphrase, refused when weak: it guards every secret of the state and,
+    without --notice-secret-file, the notice tokens (an instance's token must not let anyone
+    test guesses of it)."""
+    from spotpool.engine.basics.settings import weak_passphrase  # the engine loads in `run`
+
+    found = _read_passphrase(passphrase_file)
+    if (why := weak_passphrase(found.get_secret_value())) is not None:
+        raise typer.BadParameter(
+            f"the stacks' passphrase is weak: {why} (for example `openssl rand -base64 24`; "
+            "existing stacks take a new one with `pulumi stack change-secrets-provider`)",
+            param_hint="--passphrase-file",
+        )
+    return found
+
+
+def _read_passphrase(passphrase_file: Path | None) -> SecretStr:
     if passphrase_file is not None:
         try:
             text = passphrase_file.read_text().strip()

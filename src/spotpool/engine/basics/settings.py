@@ -1,7 +1,9 @@
 """Where stacks live and which cloud they talk to: everything an engine run needs but the spec."""
 
 import hashlib
+import hmac
 import os
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -20,6 +22,44 @@ def state_root() -> Path:
 def repository_root() -> Path:
     """The directory holding Pulumi.yaml (the project) — the checkout this package runs from."""
     return Path(__file__).resolve().parents[4]
+
+
+MIN_PASSPHRASE = 16  # characters
+# Notice secrets derived from the passphrase: stretched as Pulumi stretches it for the state
+# (PBKDF2-SHA256, 1,000,000 rounds; a salt of their own), then HKDF-SHA256 to the secret.
+NOTICE_KDF_ROUNDS = 1_000_000
+NOTICE_KDF_SALT = b"spotpool-notices/v2/pbkdf2"
+NOTICE_KDF_INFO = b"spotpool-notices/v2/notice-secret"
+
+
+def weak_passphrase(passphrase: str) -> str | None:
+    """Why a passphrase is too weak to guard the stacks' secrets and the notice tokens derived
+    from it, or None."""
+    if len(passphrase) < MIN_PASSPHRASE:
+        return f"it has {len(passphrase)} characters; give at least {MIN_PASSPHRASE}"
+    if len(set(passphrase)) < 8:
+        return "it repeats a few characters; give random ones"
+    return None
+
+
+def hkdf_sha256(key: bytes, info: bytes, length: int = 32, salt: bytes = b"") -> bytes:
+    """HKDF-SHA256 (RFC 5869): extract, then expand to `length` bytes."""
+    prk = hmac.new(salt or b"\0" * 32, key, hashlib.sha256).digest()
+    out, block, counter = b"", b"", 1
+    while len(out) < length:
+        block = hmac.new(prk, block + info + bytes([counter]), hashlib.sha256).digest()
+        out, counter = out + block, counter + 1
+    return out[:length]
+
+
+@lru_cache(maxsize=8)
+def stretched_notice_secret(passphrase: str) -> bytes:
+    """The notice secret derived from the passphrase: a token lets no one test passphrase
+    guesses faster than against the state itself (~1 s of CPU per guess per core)."""
+    stretched = hashlib.pbkdf2_hmac(
+        "sha256", passphrase.encode(), NOTICE_KDF_SALT, NOTICE_KDF_ROUNDS
+    )
+    return hkdf_sha256(stretched, NOTICE_KDF_INFO)
 
 
 def passphrase_from_env() -> str | None:
@@ -58,7 +98,7 @@ class EngineSettings(BaseModel):
     notice_secret: SecretStr | None = Field(
         None,
         description="Key the termination-notice tokens derive from (HMAC per pool, per slot); "
-        "None: derived from the passphrase.",
+        "None: derived from the passphrase (HKDF over its PBKDF2 stretch).",
     )
     rate_limit_runs: bool = Field(
         True,
@@ -101,8 +141,7 @@ class EngineSettings(BaseModel):
         if self.notice_secret is not None:
             secret = self.notice_secret.get_secret_value().encode()
         else:
-            salted = b"spotpool-notices:" + self.passphrase.get_secret_value().encode()
-            secret = hashlib.sha256(salted).digest()
+            secret = stretched_notice_secret(self.passphrase.get_secret_value())
         return pool_key(secret, pool_uid)
 
     def backend_for_display(self) -> str:
