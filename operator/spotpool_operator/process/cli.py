@@ -411,6 +411,7 @@ def run(
             engine=EngineSettings(
                 backend_url=backend_url,
                 passphrase=_passphrase(passphrase_file),
+                passphrase_file=passphrase_file,
                 secrets_provider=secrets_provider.value,
                 work_root=work_dir or state / "workspaces",
                 cloud_endpoint=cloud_endpoint or None,

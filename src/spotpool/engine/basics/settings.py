@@ -70,6 +70,11 @@ def passphrase_from_env() -> str | None:
 class EngineSettings(BaseModel):
     backend_url: str = Field(description="Pulumi state backend: file://…, s3://… or https://…")
     passphrase: SecretStr = Field(description="Passphrase of the stacks' secrets provider.")
+    passphrase_file: Path | None = Field(
+        None,
+        description="Where the passphrase was read from: the Pulumi runs are given this file "
+        "(PULUMI_CONFIG_PASSPHRASE_FILE), never the passphrase in their environment.",
+    )
     work_root: Path = Field(description="Per-stack workspaces (stack settings files).")
     project_dir: Path = Field(default_factory=repository_root)
     cloud_endpoint: str | None = Field(
@@ -143,6 +148,29 @@ class EngineSettings(BaseModel):
         else:
             secret = stretched_notice_secret(self.passphrase.get_secret_value())
         return pool_key(secret, pool_uid)
+
+    def passphrase_env(self) -> dict[str, str]:
+        """How a Pulumi run finds the passphrase: a file holding exactly it when one served
+        it (the one given, or a private copy without its trailing newline), else the value."""
+        passphrase = self.passphrase.get_secret_value()
+        if self.passphrase_file is None:
+            return {"PULUMI_CONFIG_PASSPHRASE": passphrase}
+        try:
+            exact = self.passphrase_file.read_text() == passphrase
+        except OSError:
+            exact = False
+        if exact:
+            return {"PULUMI_CONFIG_PASSPHRASE_FILE": str(self.passphrase_file)}
+        copy = self.work_root / ".passphrase"
+        try:
+            if copy.read_text() != passphrase:
+                raise OSError
+        except OSError:
+            self.work_root.mkdir(parents=True, exist_ok=True)
+            descriptor = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(descriptor, "w") as file:
+                file.write(passphrase)
+        return {"PULUMI_CONFIG_PASSPHRASE_FILE": str(copy)}
 
     def backend_for_display(self) -> str:
         """The backend URL without any userinfo or query (which may carry credentials)."""

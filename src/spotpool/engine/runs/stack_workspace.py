@@ -116,7 +116,7 @@ def pulumi_env(pool: StackView) -> dict[str, str]:
     """The environment of every Pulumi run of the pool's stack (`WorkspaceStack.run_env`)."""
     settings = pool.settings
     env = {
-        "PULUMI_CONFIG_PASSPHRASE": settings.passphrase.get_secret_value(),
+        **settings.passphrase_env(),  # a file when one serves it: not in the run's environ
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         "PULUMI_DIY_BACKEND_NO_LEGACY_WARNING": "true",
         # The plugins are installed in Pulumi's home; the copies beside the CLI on PATH
