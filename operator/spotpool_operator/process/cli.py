@@ -306,7 +306,8 @@ def run(
         "127.0.0.1",
         "--metrics-host",
         envvar="SPOTPOOL_METRICS_HOST",
-        help="Address of the metrics and liveness ports (0.0.0.0 in a pod).",
+        help="Address of the metrics port, and of the liveness port unless --liveness-host "
+        "says (0.0.0.0 in a pod).",
     ),
     metrics_port: int = typer.Option(
         9090,
@@ -315,6 +316,12 @@ def run(
         max=65535,
         envvar="SPOTPOOL_METRICS_PORT",
         help="Prometheus metrics on http://HOST:PORT/metrics; 0 turns them off.",
+    ),
+    liveness_host: str | None = typer.Option(
+        None,
+        "--liveness-host",
+        envvar="SPOTPOOL_LIVENESS_HOST",
+        help="Address of the liveness port; default: --metrics-host's.",
     ),
     liveness_port: int = typer.Option(
         8081,
@@ -440,6 +447,7 @@ def run(
             metrics_host=metrics_host,
             metrics_port=metrics_port,
             liveness_port=liveness_port,
+            liveness_host=liveness_host or None,
             notice_host=notice_host,
             notice_port=notice_port,
             notice_url=notice_url or None,
