@@ -10,91 +10,35 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
-from tencentcloud.common.credential import Credential
 from tencentcloud.common.exception.tencent_cloud_sdk_exception import (
     TencentCloudSDKException,
 )
-from tencentcloud.common.profile.client_profile import ClientProfile
-from tencentcloud.common.profile.http_profile import HttpProfile
-from tencentcloud.cvm.v20170312 import cvm_client, models
 
-from spotpool.emulator.errors import ApiError
-from spotpool.emulator.signature import SignedRequest, verify
 from spotpool.engine.fencing import run_fence
 from spotpool.engine.tencent import api_proxy
 from spotpool.engine.tencent.api_proxy import ApiProxy
 from spotpool.engine.tencent.credentials import Credentials
 from spotpool.engine.tencent.identities import CredentialCache
 from spotpool.engine.tencent.ratelimit import Buckets
+from tests._support.api_cloud import Cloud, describe, serve
 
 pytestmark = pytest.mark.unit
 
 REAL_ID, REAL_KEY = "AKIDrealpermanent0001", "real-secret-key-0001"
 
 
-class _Cloud(ThreadingHTTPServer):
-    """Answers API calls signed with the real keys (as the API checks them); records every
-    request that reaches it, signed or not."""
-
-    daemon_threads = True
-
-    def __init__(self, keys: dict[str, str]) -> None:
-        self.keys = keys
-        self.calls: list[dict[str, str]] = []  # headers of every request that arrived
-        self.callers: list[str] = []  # SecretIds of the verified ones
-        super().__init__(("127.0.0.1", 0), _CloudHandler)
-
-
-class _CloudHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Cloud
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        self.server.calls.append(headers)
-        request = SignedRequest(self.command, "/", "", headers, body)
-        try:
-            caller = verify(request, self.server.keys, time.time())
-            self.server.callers.append(caller.secret_id)
-            reply: dict[str, object] = {"TotalCount": 0, "InstanceSet": [], "RequestId": "r"}
-        except ApiError as error:
-            reply = {"Error": {"Code": error.code, "Message": error.message}, "RequestId": "r"}
-        data = json.dumps({"Response": reply}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_POST
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-def _serve(server: ThreadingHTTPServer) -> Iterator[ThreadingHTTPServer]:
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
+@pytest.fixture
+def cloud() -> Iterator[Cloud]:
+    server = Cloud({REAL_ID: REAL_KEY})
+    yield from serve(server)  # type: ignore[misc]
 
 
 @pytest.fixture
-def cloud() -> Iterator[_Cloud]:
-    server = _Cloud({REAL_ID: REAL_KEY})
-    yield from _serve(server)  # type: ignore[misc]
-
-
-@pytest.fixture
-def proxy(cloud: _Cloud) -> Iterator[ApiProxy]:
+def proxy(cloud: Cloud) -> Iterator[ApiProxy]:
     host, port = cloud.server_address[:2]
     made = ApiProxy(f"http://{host!s}:{port}", Buckets())
     try:
@@ -103,29 +47,19 @@ def proxy(cloud: _Cloud) -> Iterator[ApiProxy]:
         made.close()
 
 
-def _describe(proxy_url: str, secret_id: str, secret_key: str, token: str | None = None) -> object:
-    """DescribeInstances through the proxy, signed by the official SDK as the provider signs:
-    plain HTTP to cvm.tencentcloudapi.com, the proxy as the HTTP proxy."""
-    profile = ClientProfile(
-        httpProfile=HttpProfile(protocol="http", proxy=proxy_url, reqTimeout=10)
-    )
-    client = cvm_client.CvmClient(Credential(secret_id, secret_key, token), "ap-guangzhou", profile)
-    return client.DescribeInstances(models.DescribeInstancesRequest())
-
-
 def test_a_run_signs_with_its_placeholder_keys_and_the_cloud_sees_the_real_ones(
-    proxy: ApiProxy, cloud: _Cloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    proxy: ApiProxy, cloud: Cloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(api_proxy, "_proxies", {(None, True): proxy})
     env = {**proxy.env(), "TENCENTCLOUD_SECRET_ID": REAL_ID, "TENCENTCLOUD_SECRET_KEY": REAL_KEY}
     with run_fence.admitted(env, str(tmp_path), None) as run_env:
         assert REAL_ID not in run_env.values() and REAL_KEY not in run_env.values()
         assert "TENCENTCLOUD_SECURITY_TOKEN" not in run_env
-        _describe(proxy.url, run_env["TENCENTCLOUD_SECRET_ID"], run_env["TENCENTCLOUD_SECRET_KEY"])
+        describe(proxy.url, run_env["TENCENTCLOUD_SECRET_ID"], run_env["TENCENTCLOUD_SECRET_KEY"])
         placeholder = dict(run_env)
     assert cloud.callers == [REAL_ID]  # re-signed with the real keys, verified by the cloud
     with pytest.raises(TencentCloudSDKException) as refused:  # the run is over: keys dropped
-        _describe(
+        describe(
             proxy.url, placeholder["TENCENTCLOUD_SECRET_ID"], placeholder["TENCENTCLOUD_SECRET_KEY"]
         )
     assert refused.value.code == api_proxy.REFUSED_CODE
@@ -133,7 +67,7 @@ def test_a_run_signs_with_its_placeholder_keys_and_the_cloud_sees_the_real_ones(
 
 
 def test_a_forged_call_with_a_wrong_signature_is_refused_and_never_sent(
-    proxy: ApiProxy, cloud: _Cloud
+    proxy: ApiProxy, cloud: Cloud
 ) -> None:
     with proxy.issue(
         {"TENCENTCLOUD_SECRET_ID": REAL_ID, "TENCENTCLOUD_SECRET_KEY": REAL_KEY}
@@ -145,14 +79,14 @@ def test_a_forged_call_with_a_wrong_signature_is_refused_and_never_sent(
             ("AKIDanythingelse", "x"),
         ]:
             with pytest.raises(TencentCloudSDKException) as refused:
-                _describe(proxy.url, secret_id, secret_key)
+                describe(proxy.url, secret_id, secret_key)
             assert refused.value.code == api_proxy.REFUSED_CODE
     assert cloud.calls == []
     assert proxy.refused == 3
 
 
 def test_a_call_naming_a_temporary_secret_id_is_not_signed_for_it(
-    proxy: ApiProxy, cloud: _Cloud, monkeypatch: pytest.MonkeyPatch
+    proxy: ApiProxy, cloud: Cloud, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before: any caller naming a SecretId of the process's credential cache had its call
     re-signed with that identity's live keys."""
@@ -167,15 +101,15 @@ def test_a_call_naming_a_temporary_secret_id_is_not_signed_for_it(
     )
     cache.get("role:x", lambda: live)
     with pytest.raises(TencentCloudSDKException) as refused:
-        _describe(proxy.url, "AKIDtemporary01", "not-the-key", "tok")
+        describe(proxy.url, "AKIDtemporary01", "not-the-key", "tok")
     assert refused.value.code == api_proxy.REFUSED_CODE
     assert cloud.calls == []
 
 
-def test_a_call_to_another_host_never_leaves(proxy: ApiProxy, cloud: _Cloud) -> None:
+def test_a_call_to_another_host_never_leaves(proxy: ApiProxy, cloud: Cloud) -> None:
     """The real-cloud proxy (no endpoint): a Host that is not <service>.tencentcloudapi.com
     is sent nowhere — here a listener on 127.0.0.1 stands for any other host."""
-    other = _Cloud({})
+    other = Cloud({})
     threading.Thread(target=other.serve_forever, daemon=True).start()
     real = ApiProxy(None, Buckets())
     try:
@@ -237,7 +171,7 @@ def test_only_api_hosts_with_a_dot_boundary(host: str, allowed: str | None) -> N
     assert api_proxy.api_host(host) == allowed
 
 
-def test_a_body_over_the_cap_is_refused_before_it_is_read(proxy: ApiProxy, cloud: _Cloud) -> None:
+def test_a_body_over_the_cap_is_refused_before_it_is_read(proxy: ApiProxy, cloud: Cloud) -> None:
     port = int(proxy.url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
         raw.sendall(

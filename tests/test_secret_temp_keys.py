@@ -14,8 +14,8 @@ from spotpool.engine.tencent import api_proxy
 from spotpool.engine.tencent.api_proxy import ApiProxy
 from spotpool.engine.tencent.identities import CredentialCache
 from spotpool.engine.tencent.ratelimit import Buckets
+from tests._support.api_cloud import Cloud, describe, serve
 from tests._support.specs import article_spec
-from tests.test_api_proxy_auth import _Cloud, _describe, _serve
 
 pytestmark = pytest.mark.unit
 
@@ -31,12 +31,12 @@ class _Secrets:
 
 
 @pytest.fixture
-def cloud() -> Iterator[_Cloud]:
-    yield from _serve(_Cloud({"AKIDtemp0001": "key-1", "AKIDtemp0002": "key-2"}))  # type: ignore[misc]
+def cloud() -> Iterator[Cloud]:
+    yield from serve(Cloud({"AKIDtemp0001": "key-1", "AKIDtemp0002": "key-2"}))  # type: ignore[misc]
 
 
 def test_a_run_is_re_signed_with_the_keys_written_into_the_secret_since_it_started(
-    cloud: _Cloud, monkeypatch: pytest.MonkeyPatch
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = [1000.0]
     cache = CredentialCache(clock=lambda: now[0])
@@ -52,12 +52,12 @@ def test_a_run_is_re_signed_with_the_keys_written_into_the_secret_since_it_start
     try:
         with proxy.issue(keys.provider_env()) as run_env:
             run_keys = (run_env["TENCENTCLOUD_SECRET_ID"], run_env["TENCENTCLOUD_SECRET_KEY"])
-            _describe(proxy.url, *run_keys)
+            describe(proxy.url, *run_keys)
             # Whoever renews the keys writes the next ones into the Secret mid-run.
             secrets.data = {b"secretId": b"AKIDtemp0002", b"secretKey": b"key-2",
                             b"token": b"tok-2"}  # fmt: skip
             now[0] += pool_credentials.SECRET_REREAD * 2 / 3 + 1
-            _describe(proxy.url, *run_keys)
+            describe(proxy.url, *run_keys)
     finally:
         proxy.close()
     assert cloud.callers == ["AKIDtemp0001", "AKIDtemp0002"]
