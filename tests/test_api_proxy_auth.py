@@ -205,3 +205,16 @@ def test_expired_temporary_secret_ids_are_dropped() -> None:
     assert "AKIDtmp0" not in cache._issued_to
     renew = cache.renewer_for("AKIDtmp1")
     assert renew is not None and renew().secret_id.get_secret_value() == "AKIDtmp1"
+
+
+def test_a_client_that_stalls_mid_request_is_cut_off(
+    proxy: ApiProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert api_proxy._Handler.timeout is not None  # before: none, a stalled client held a thread
+    monkeypatch.setattr(api_proxy._Handler, "timeout", 0.5)
+    port = int(proxy.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        raw.sendall(b"POST http://cvm.tencentcloudapi.com/ HTTP/1.1\r\nHost: cvm.tencent")
+        started = time.monotonic()
+        assert raw.recv(100) == b""  # closed by the proxy, not by our own timeout
+    assert time.monotonic() - started < 5
