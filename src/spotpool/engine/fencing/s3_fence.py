@@ -159,6 +159,7 @@ class Upstream:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: "_Server"
+    timeout = 300.0  # seconds a client may stall mid-request (or idle between requests)
 
     def do_GET(self) -> None:
         fence = self.server.fence
