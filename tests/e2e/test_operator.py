@@ -112,7 +112,7 @@ def test_no_secret_in_any_childs_cmdline_or_environment_during_a_storm(
                "cloud SecretId": world.emulator.secret_id}  # fmt: skip
     ns = world.namespace()
     with ProcScan(world.process.pid, secrets) as scan:
-        world.apply(ns, pool_manifest("leakless", replicas=3, refreshInterval="5s"))
+        world.apply(ns, pool_manifest("leakless", replicas=3, refreshInterval="10s"))
         pool = world.wait_ready(ns, "leakless", 3)
         victims = _instance_ids(pool["status"])[:2]
         world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": victims})
