@@ -215,6 +215,4 @@ def test_a_client_that_stalls_mid_request_is_cut_off(
     port = int(proxy.url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
         raw.sendall(b"POST http://cvm.tencentcloudapi.com/ HTTP/1.1\r\nHost: cvm.tencent")
-        started = time.monotonic()
-        assert raw.recv(100) == b""  # closed by the proxy, not by our own timeout
-    assert time.monotonic() - started < 5
+        assert raw.recv(100) == b""  # closed by the proxy: our own timeout (10 s) raises
