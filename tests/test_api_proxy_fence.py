@@ -8,15 +8,19 @@ import base64
 import http.client
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from pydantic import SecretStr
 
 from spotpool.engine.fencing import run_fence
+from spotpool.engine.tencent import tc3
 from spotpool.engine.tencent.api_proxy import FENCED_CODE, ApiProxy, run_token
+from spotpool.engine.tencent.credentials import Credentials
 from spotpool.engine.tencent.ratelimit import Buckets, RateLimits
 
 pytestmark = pytest.mark.unit
@@ -58,27 +62,39 @@ def cloud() -> Iterator[_Cloud]:
         server.server_close()
 
 
+_KEYS: dict[str, str] = {}  # the run's placeholder keys (api_proxy.issue), as it signs
+
+
 @pytest.fixture
 def proxy(cloud: _Cloud) -> Iterator[ApiProxy]:
     host, port = cloud.server_address[:2]
     made = ApiProxy(f"http://{host!s}:{port}", Buckets())
+    real = {"TENCENTCLOUD_SECRET_ID": "AKIDtest", "TENCENTCLOUD_SECRET_KEY": "k"}
     try:
-        yield made
+        with made.issue(real) as issued:
+            _KEYS.update(issued)
+            yield made
     finally:
         made.close()
 
 
 def _call(proxy_url: str, action: str = "RunInstances") -> dict[str, object]:
-    """One API 3.0 call through the proxy as Go's client sends it (credentials of the proxy
-    URL as Proxy-Authorization)."""
+    """One API 3.0 call through the proxy as Go's client sends it (signed with the run's
+    placeholder keys; credentials of the proxy URL as Proxy-Authorization)."""
     parts = urlsplit(proxy_url)
     headers = {
         "Host": "cvm.tencentcloudapi.com",
         "X-TC-Action": action,
         "X-TC-Region": "ap-guangzhou",
-        "Authorization": "TC3-HMAC-SHA256 Credential=AKIDtest/2026-11-27/cvm/tc3_request, x",
+        "Authorization": "TC3-HMAC-SHA256 Credential=x/2026-11-27/cvm/tc3_request, "
+        "SignedHeaders=content-type;host, Signature=" + "0" * 64,
         "Content-Type": "application/json",
     }
+    keys = Credentials(
+        secret_id=SecretStr(_KEYS["TENCENTCLOUD_SECRET_ID"]),
+        secret_key=SecretStr(_KEYS["TENCENTCLOUD_SECRET_KEY"]),
+    )
+    headers.update(tc3.resign("POST", "", headers, b"{}", keys, time.time()) or {})
     if parts.username:
         basic = base64.b64encode(f"{parts.username}:{parts.password}".encode()).decode()
         headers["Proxy-Authorization"] = f"Basic {basic}"
@@ -129,7 +145,7 @@ def test_the_fence_is_checked_again_after_the_wait_for_a_token(
 ) -> None:
     proxy._server.buckets = Buckets(RateLimits(rates={"RunInstances": 20.0}))
     bucket = proxy._server.buckets.bucket("AKIDtest", "ap-guangzhou", "RunInstances")
-    for _ in range(22):  # in debt: the next call waits for its token
+    for _ in range(40):  # in debt (a second of tokens, however slow the machine): it waits
         bucket.reserve()
     checks: list[str] = []
 
@@ -160,10 +176,10 @@ def test_run_tokens_are_read_from_basic_proxy_authorization() -> None:
 def test_only_fenced_runs_are_admitted_through_the_proxies(
     proxy: ApiProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("spotpool.engine.tencent.api_proxy._proxies", {"x": proxy})
+    monkeypatch.setattr("spotpool.engine.tencent.api_proxy._proxies", {(None, True): proxy})
     env = {"HTTP_PROXY": proxy.url, "http_proxy": proxy.url}
     with run_fence.admitted(env, str(tmp_path), None) as unfenced:
-        assert unfenced == env
+        assert unfenced == env  # no keys: none to replace
     with run_fence.admitted(env, str(tmp_path), lambda: None) as fenced:
         assert fenced["HTTP_PROXY"] != proxy.url and "@127.0.0.1" in fenced["HTTP_PROXY"]
         assert fenced["http_proxy"] == fenced["HTTP_PROXY"]

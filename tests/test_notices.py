@@ -176,7 +176,7 @@ def test_operator_takes_a_report_only_from_the_slots_own_instance(tmp_path: Path
     }
     assert counted == {
         "accepted": 1, "repeat": 2, "from_surge": 1, "malformed": 1, "bad_signature": 2,
-        "not_served": 0, "unknown_pool": 1, "wrong_instance": 1, "stale_token": 0,
+        "not_served": 0, "unknown_pool": 1, "wrong_instance": 1, "stale_token": 0, "unfulfilled": 0,
         "bad_time": 0, "rate_limited": 0,
     }  # fmt: skip
 

@@ -308,3 +308,30 @@ def test_two_installs_in_one_namespace_have_leases_and_install_ids_of_their_own(
     first, second = env(objects()), env(objects({"fullnameOverride": "gpu-pools"}))
     assert first["SPOTPOOL_LEASE_NAME"] == "spotpool-operator"  # as before: upgrades keep it
     assert second["SPOTPOOL_LEASE_NAME"] == "gpu-pools"
+
+
+def test_the_network_policy_is_off_by_default_and_admits_only_what_it_names() -> None:
+    """Issue 41: metrics from the monitoring namespace, notices from the VPC's ranges."""
+    assert not [o for o in objects() if o["kind"] == "NetworkPolicy"]
+    found = objects(
+        {"networkPolicy": {"enabled": True, "noticeCIDRs": ["10.0.0.0/16", "10.1.0.0/16"]},
+         "notices": {"enabled": True, "port": 8090}, "metrics": {"port": 9090}}
+    )  # fmt: skip
+    (policy,) = [o for o in found if o["kind"] == "NetworkPolicy"]
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"]
+    labels = deployment(found)["spec"]["template"]["metadata"]["labels"]
+    assert spec["podSelector"]["matchLabels"].items() <= labels.items()
+    metrics, notices = spec["ingress"]
+    assert metrics["ports"] == [{"port": 9090, "protocol": "TCP"}]
+    (selector,) = metrics["from"]
+    assert selector["namespaceSelector"]["matchExpressions"][0]["values"] == ["monitoring"]
+    assert notices["ports"] == [{"port": 8090, "protocol": "TCP"}]
+    assert [f["ipBlock"]["cidr"] for f in notices["from"]] == ["10.0.0.0/16", "10.1.0.0/16"]
+
+
+def test_the_listeners_bind_the_addresses_the_values_give() -> None:
+    variables = env(objects({"metrics": {"bindAddress": "10.0.0.5"},
+                             "health": {"bindAddress": "127.0.0.1"}}))  # fmt: skip
+    assert variables["SPOTPOOL_METRICS_HOST"] == "10.0.0.5"
+    assert variables["SPOTPOOL_LIVENESS_HOST"] == "127.0.0.1"

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from spotpool.localworld.kube import Kube
+from spotpool.localworld.operator import PASSPHRASE
 from tests.e2e._support.operator_runs import (
     killed_mid_up_and_replaced_under_another_hostname,
     tagged_instance,
 )
+from tests.e2e._support.proc_scan import ProcScan
 from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, article_manifest, pool_manifest
 
@@ -96,6 +98,37 @@ def test_a_reclaim_is_found_and_replaced(world: OperatorWorld) -> None:
     world.wait_until(lambda: "Replaced" in world.reasons(ns, "reclaimed"), "Replaced", 60)
     reclaims = r'spotpool_reclaims_total\{[^}]*pool="reclaimed",zone="ap-singapore-2"[^}]*\} 1\.0'
     assert re.search(reclaims, world.metrics())
+
+
+def test_no_secret_in_any_childs_cmdline_or_environment_during_a_storm(
+    world: OperatorWorld,
+) -> None:
+    """Issue 41: while the operator creates a pool and replaces a storm of reclaims, no Pulumi
+    CLI or provider plugin under it holds the cloud keys, the passphrase or the operator's own
+    environment's secrets, in its command line or its environment: the runs sign with
+    placeholder keys the local API proxy replaces, and read the passphrase from its file."""
+    assert world.process is not None
+    secrets = {"cloud SecretKey": world.emulator.secret_key, "passphrase": PASSPHRASE,
+               "cloud SecretId": world.emulator.secret_id}  # fmt: skip
+    ns = world.namespace()
+    with ProcScan(world.process.pid, secrets) as scan:
+        world.apply(ns, pool_manifest("leakless", replicas=3, refreshInterval="10s"))
+        pool = world.wait_ready(ns, "leakless", 3)
+        victims = _instance_ids(pool["status"])[:2]
+        world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": victims})
+
+        def replaced() -> bool:
+            status = world.status(ns, "leakless")
+            ids = _instance_ids(status)
+            return not set(victims) & set(ids) and status.get("readyReplicas") == 3
+
+        world.wait_until(replaced, "the reclaimed instances' replacements", timeout=180)
+    names = set(scan.processes.values())
+    assert "pulumi" in names and any("tencentcloud" in n for n in names), names
+    assert scan.found == []
+    provider = next(e for n, e in scan.environs.items() if "tencentcloud" in n)
+    assert provider["TENCENTCLOUD_SECRET_ID"].startswith("SPOTPOOLRUN")  # a run's placeholder
+    assert "PULUMI_CONFIG_PASSPHRASE" not in provider
 
 
 def test_scale_and_spec_changes_converge(world: OperatorWorld) -> None:

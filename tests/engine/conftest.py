@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pulumi import automation as auto
 
 from spotpool.cluster import s3
+from spotpool.engine.fencing.processes import FencedCommand
 from spotpool.localworld.engine import REGION, EngineWorld, pool_spec
 from tests.conftest import require_tool
 from tests.engine._support.worlds import engine_world, s3_backend
@@ -38,11 +38,11 @@ def s3_world(
 def count_cli_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The command of every Pulumi CLI process the Automation API starts from now on."""
     commands: list[str] = []
-    run = auto.PulumiCommand.run
+    run = FencedCommand._run  # where every launch of the engine's CLI goes
 
-    def counted(self: auto.PulumiCommand, args: list[str], *rest: Any, **kw: Any) -> Any:
+    def counted(self: FencedCommand, args: list[str], *rest: Any, **kw: Any) -> Any:
         commands.append(args[0])
         return run(self, args, *rest, **kw)
 
-    monkeypatch.setattr(auto.PulumiCommand, "run", counted)
+    monkeypatch.setattr(FencedCommand, "_run", counted)
     return commands

@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 import yaml
+from tencentcloud.cvm.v20170312 import models
 
 from spotpool.api import notices
 from spotpool.api.stackconfig import StackConfig
+from spotpool.emulator.iam import DEFAULT_ACCOUNT
 from spotpool.toolchain.paths import bin_dir
-from tests.emulator.harness import SECRET_ID, SECRET_KEY
+from tests.emulator.harness import error_code
 from tests.engine.conftest import EngineWorld, pool_spec
 
 pytestmark = pytest.mark.integration
@@ -23,6 +25,13 @@ pytestmark = pytest.mark.integration
 SPOTPOOL = str(Path(sys.executable).parent / "spotpool")
 PREVIEW_PASSPHRASE = "preview-only-passphrase"
 NOTICE_URL = "http://10.0.0.7:8090"
+# The preview's keys: a sub-user whose CAM policy (docs/inspecting-stacks.md) allows Describe*
+# and denies reading the instances' user data (their notice tokens).
+PREVIEW_ID, PREVIEW_KEY = "AKIDpreviewonly0001", "preview-only-secret-key"
+PREVIEW_POLICY = {
+    "Allow": ["cvm:Describe*", "vpc:Describe*", "cbs:Describe*", "tag:Describe*"],
+    "Deny": ["cvm:DescribeInstancesAttributes"],
+}
 
 
 def _manifest(directory: Path, name: str, user_data: str, **extra: object) -> Path:
@@ -90,6 +99,17 @@ def test_preview_job_holds_no_production_secret(world: EngineWorld, tmp_path: Pa
     assert sync.returncode == 0, sync.stdout + sync.stderr
     assert "2 stack(s) copied" in sync.stdout
 
+    # The preview's keys can read no user data (the emulator enforces their CAM policy).
+    world.emulator.admin_ok("POST", "/_emulator/iam", {"Keys": [
+        {"Account": DEFAULT_ACCOUNT, "SecretId": PREVIEW_ID, "SecretKey": PREVIEW_KEY,
+         **PREVIEW_POLICY}]})  # fmt: skip
+    preview_cvm = world.emulator.cvm(PREVIEW_KEY, PREVIEW_ID)
+    attributes = models.DescribeInstancesAttributesRequest()
+    attributes.InstanceIds = ["ins-any"]  # refused before any instance is looked up
+    attributes.Attributes = ["UserData"]
+    denied = error_code(lambda: preview_cvm.DescribeInstancesAttributes(attributes))
+    assert denied == "AuthFailure.UnauthorizedOperation"
+
     # The pull request's job: the copy, its passphrase, Describe-only keys, its own work dirs.
     job = tmp_path / "job"
     job_tmp = job / "tmp"
@@ -101,8 +121,8 @@ def test_preview_job_holds_no_production_secret(world: EngineWorld, tmp_path: Pa
         "PULUMI_CONFIG_PASSPHRASE": PREVIEW_PASSPHRASE,
         "SPOTPOOL_CLOUD_ENDPOINT": world.emulator.endpoint,
         "SPOTPOOL_WORK_DIR": str(job / "work"),
-        "TENCENTCLOUD_SECRET_ID": SECRET_ID,
-        "TENCENTCLOUD_SECRET_KEY": SECRET_KEY,
+        "TENCENTCLOUD_SECRET_ID": PREVIEW_ID,
+        "TENCENTCLOUD_SECRET_KEY": PREVIEW_KEY,
     }
     pr = tmp_path / "pull-request"  # the PR's checkout: what it holds is no secret to it
     same = _manifest(pr / "same", "gpu", known)

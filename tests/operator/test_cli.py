@@ -28,7 +28,7 @@ def test_namespace_and_all_namespaces_exclude_each_other(runner: CliRunner, tmp_
     result = runner.invoke(
         app,
         ["operator", "run", "-n", "a", "--all-namespaces", "--backend", f"file://{tmp_path}"],
-        env={"PULUMI_CONFIG_PASSPHRASE": "x"},
+        env={"PULUMI_CONFIG_PASSPHRASE": "a-long-passphrase-for-tests"},
     )
     assert result.exit_code != 0
     assert "not both" in result.output
@@ -38,7 +38,10 @@ def test_bad_refresh_interval(runner: CliRunner, tmp_path: Path) -> None:
     result = runner.invoke(
         app,
         ["operator", "run", "--backend", f"file://{tmp_path}"],
-        env={"PULUMI_CONFIG_PASSPHRASE": "x", "SPOTPOOL_REFRESH_INTERVAL": "soon"},
+        env={
+            "PULUMI_CONFIG_PASSPHRASE": "a-long-passphrase-for-tests",
+            "SPOTPOOL_REFRESH_INTERVAL": "soon",
+        },
     )
     assert result.exit_code != 0
     assert "refresh-interval" in result.output
@@ -54,3 +57,15 @@ def test_empty_passphrase_file(runner: CliRunner, tmp_path: Path) -> None:
     assert result.exit_code != 0
     # typer's error box wraps the message at the terminal's width (a long tmp path moves it)
     assert "is empty" in " ".join(result.output.replace("│", " ").split())
+
+
+def test_a_weak_passphrase_is_refused_with_a_clear_error(runner: CliRunner, tmp_path: Path) -> None:
+    """Issue 41: the passphrase guards the state and, by default, the notice tokens."""
+    for weak in ("x", "short-pass", "aaaaaaaabbbbbbbbcccc"):
+        result = runner.invoke(
+            app,
+            ["operator", "run", "--backend", f"file://{tmp_path}"],
+            env={"PULUMI_CONFIG_PASSPHRASE": weak},
+        )
+        assert result.exit_code != 0
+        assert "passphrase is weak" in " ".join(result.output.replace("│", " ").split())

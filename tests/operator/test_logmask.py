@@ -58,3 +58,39 @@ def test_the_key_services_token_is_masked() -> None:
     for text in (repr(env), json.dumps(env), line):
         masked = logmask.mask(text)
         assert "kst-visible-token" not in masked and "127.0.0.1:4100" in masked, masked
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "TENCENTCLOUD_SECRET_KEY=zz-visible-secret pulumi up",
+        "tencentcloud_secret_key = zz-visible-secret",
+        "X-TC-Token: zz-visible-secret",
+        "x-tc-token: zz-visible-secret",
+        "TENCENTCLOUD_SECURITY_TOKEN=zz-visible-secret",
+        json.dumps({"WebIdentityToken": "zz-visible-secret", "RoleArn": "qcs::cam::uin/1"}),
+        repr({"webIdentityToken": "zz-visible-secret"}),
+        "AWS_SECRET_ACCESS_KEY=zz-visible-secret AWS_SESSION_TOKEN=zz-visible-secret",
+        json.dumps(
+            {"Credentials": {"Token": "zz-visible-secret", "TmpSecretKey": "zz-visible-secret"}}
+        ),
+        "X-Amz-Security-Token: zz-visible-secret",
+        "PULUMI_CONFIG_PASSPHRASE=zz-visible-secret",
+        "pulumi_config_passphrase: 'zz-visible-secret'",
+        "LOGINPASSWORD=zz-visible-secret",
+        "HTTP_PROXY=http://run:zz-visible-secret@127.0.0.1:4000",
+        "Authorization: Bearer zz-visible-secret",
+        "X-Vault-Token: zz-visible-secret",
+    ],
+)
+def test_every_token_form_is_masked_whatever_its_case(line: str) -> None:
+    """Issue 41: the mask was case-sensitive and missed TENCENTCLOUD_SECRET_KEY=, X-TC-Token,
+    WebIdentityToken and their kin."""
+    masked = logmask.mask(line)
+    assert "zz-visible-secret" not in masked, masked
+
+
+def test_what_is_not_secret_stays() -> None:
+    line = "RoleArn=qcs::cam::uin/1 region=ap-guangzhou PULUMI_CONFIG_PASSPHRASE_FILE=/etc/p"
+    line += " max_tokens=5"
+    assert logmask.mask(line) == line

@@ -15,6 +15,7 @@ from spotpool.engine.tencent.sts import StsError
 from spotpool_operator.basics.failures import PoolProblem
 from spotpool_operator.reporting.kube import Cluster, SecretNotFound
 
+SECRET_REREAD = 60.0  # seconds: a Secret's temporary keys are read again at 2/3 of this
 INLINE_WARNING = (
     "secretId/secretKey are stored in the Spotpool itself, readable by anyone who can read it: "
     "put them in a Secret and set credentialsSecretRef"
@@ -57,7 +58,7 @@ def resolve(
             raise PoolProblem("OperatorIdentityMissing", NO_OPERATOR_IDENTITY, permanent=True)
         base = _from_sts(lambda: cache.web_identity(web, endpoint), web.role.role_arn)
     else:
-        base = _keys(cluster, namespace, spec)
+        base = _keys(cluster, namespace, spec, cache)
     if spec.assume_role is None:
         return base
     role = spec.assume_role
@@ -89,7 +90,29 @@ def _from_sts(obtain: Callable[[], Credentials], role_arn: str) -> Credentials:
         raise sts_problem(error, role_arn) from None
 
 
-def _keys(cluster: Cluster, namespace: str, spec: SpotpoolSpec) -> Credentials:
+def _keys(
+    cluster: Cluster, namespace: str, spec: SpotpoolSpec, cache: CredentialCache
+) -> Credentials:
+    """The Secret's (or the inline) keys. Temporary ones (with a token) someone else renews
+    in the Secret are read again every SECRET_REREAD * 2/3 seconds while in use, so a Pulumi
+    run longer than their life is re-signed with the Secret's new ones (the API proxy asks
+    the cache for the live keys; identities.py)."""
+    keys = _keys_once(cluster, namespace, spec)
+    ref = spec.credentials_secret_ref
+    if ref is None or keys.token is None:
+        return keys
+
+    def reread() -> Credentials:
+        try:
+            fresh = _keys_once(cluster, namespace, spec)
+        except PoolProblem as problem:
+            raise StsError("SecretUnreadable", str(problem)) from None
+        return fresh.model_copy(update={"expires": cache.clock() + SECRET_REREAD})
+
+    return cache.get(f"secret:{namespace}/{ref.name}", reread)
+
+
+def _keys_once(cluster: Cluster, namespace: str, spec: SpotpoolSpec) -> Credentials:
     ref = spec.credentials_secret_ref
     if ref is None:
         if spec.secret_id is None or spec.secret_key is None:

@@ -77,6 +77,9 @@ class OperatorSettings(BaseModel):
     metrics_host: str = Field("127.0.0.1", description="Address of the metrics and health port.")
     metrics_port: int = Field(9090, ge=0, le=65535, description="Prometheus metrics; 0 = off.")
     liveness_port: int = Field(8081, ge=0, le=65535, description="kopf's /healthz; 0 = off.")
+    liveness_host: str | None = Field(
+        None, description="Address of the health port; None: the metrics port's."
+    )
 
     notice_host: str = Field(
         "127.0.0.1", description="Address the termination-notice endpoint listens on."
@@ -117,7 +120,7 @@ class OperatorSettings(BaseModel):
     def liveness_endpoint(self) -> str | None:
         if not self.liveness_port:
             return None
-        return f"http://{self.metrics_host}:{self.liveness_port}/healthz"
+        return f"http://{self.liveness_host or self.metrics_host}:{self.liveness_port}/healthz"
 
     def account_share(self, replicas: int) -> float | None:
         """This replica's bound on one account's operations when `replicas` share the work:

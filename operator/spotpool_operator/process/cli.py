@@ -40,6 +40,22 @@ def _duration(text: str, flag: str) -> float:
 
 
 def _passphrase(passphrase_file: Path | None) -> SecretStr:
+    """The stacks' passphrase, refused when weak: it guards every secret of the state and,
+    without --notice-secret-file, the notice tokens (an instance's token must not let anyone
+    test guesses of it)."""
+    from spotpool.engine.basics.settings import weak_passphrase  # the engine loads in `run`
+
+    found = _read_passphrase(passphrase_file)
+    if (why := weak_passphrase(found.get_secret_value())) is not None:
+        raise typer.BadParameter(
+            f"the stacks' passphrase is weak: {why} (for example `openssl rand -base64 24`; "
+            "existing stacks take a new one with `pulumi stack change-secrets-provider`)",
+            param_hint="--passphrase-file",
+        )
+    return found
+
+
+def _read_passphrase(passphrase_file: Path | None) -> SecretStr:
     if passphrase_file is not None:
         try:
             text = passphrase_file.read_text().strip()
@@ -290,7 +306,8 @@ def run(
         "127.0.0.1",
         "--metrics-host",
         envvar="SPOTPOOL_METRICS_HOST",
-        help="Address of the metrics and liveness ports (0.0.0.0 in a pod).",
+        help="Address of the metrics port, and of the liveness port unless --liveness-host "
+        "says (0.0.0.0 in a pod).",
     ),
     metrics_port: int = typer.Option(
         9090,
@@ -299,6 +316,12 @@ def run(
         max=65535,
         envvar="SPOTPOOL_METRICS_PORT",
         help="Prometheus metrics on http://HOST:PORT/metrics; 0 turns them off.",
+    ),
+    liveness_host: str | None = typer.Option(
+        None,
+        "--liveness-host",
+        envvar="SPOTPOOL_LIVENESS_HOST",
+        help="Address of the liveness port; default: --metrics-host's.",
     ),
     liveness_port: int = typer.Option(
         8081,
@@ -395,6 +418,7 @@ def run(
             engine=EngineSettings(
                 backend_url=backend_url,
                 passphrase=_passphrase(passphrase_file),
+                passphrase_file=passphrase_file,
                 secrets_provider=secrets_provider.value,
                 work_root=work_dir or state / "workspaces",
                 cloud_endpoint=cloud_endpoint or None,
@@ -423,6 +447,7 @@ def run(
             metrics_host=metrics_host,
             metrics_port=metrics_port,
             liveness_port=liveness_port,
+            liveness_host=liveness_host or None,
             notice_host=notice_host,
             notice_port=notice_port,
             notice_url=notice_url or None,

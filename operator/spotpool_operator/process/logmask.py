@@ -9,22 +9,29 @@ it is quoted (a dict's repr, JSON, JSON inside a JSON string).
 import logging
 import re
 
-# The notice channel's secrets too: the agents' slot token (its env-file line), a pool's notice
-# key (the stack's `spotpool:noticeKey`) and the operator's notice secret; the key service's
-# token (engine/state/keyserver.py), which Pulumi runs get as VAULT_TOKEN.
+# Names of secret fields, matched case-insensitively and with any prefix (TENCENTCLOUD_,
+# AWS_, X-TC-, WebIdentity, login, spotpool:notice, ...): cloud keys and their tokens
+# (TENCENTCLOUD_SECRET_KEY, X-TC-Token, X-Amz-Security-Token, WebIdentityToken), passwords,
+# the passphrase, the notice channel's secrets (the agents' SPOTPOOL_NOTICE_TOKEN, a pool's
+# noticeKey, the notice secret), the key service's VAULT_TOKEN, client secrets, private keys.
 _SECRET_FIELDS = (
-    r"secretKey|SecretKey|secret_key|password|Password|loginPassword|passphrase"
-    r"|PULUMI_CONFIG_PASSPHRASE|SPOTPOOL_NOTICE_TOKEN|noticeKey|notice_key|noticeSecret"
-    r"|notice_secret|noticeToken|notice_token|VAULT_TOKEN|X-Vault-Token"
+    r"secret[_-]?(?:access[_-]?)?key|token|password|passwd|passphrase|notice[_-]?key"
+    r"|notice[_-]?secret|private[_-]?key|client[_-]?secret"
 )
+_KEY = r"(?<![\w-])[\w-]*?(?:" + _SECRET_FIELDS + r")"
 _PATTERN = re.compile(
-    r"(?P<key>(?:\\*[\"'])?(?:" + _SECRET_FIELDS + r")(?:\\*[\"'])?\s*[:=]\s*)"
-    r"(?P<quote>\\*[\"'])(?P<value>.*?)(?P=quote)"
+    r"(?P<key>(?:\\*[\"'])?" + _KEY + r"(?:\\*[\"'])?\s*[:=]\s*)"
+    r"(?P<quote>\\*[\"'])(?P<value>.*?)(?P=quote)",
+    re.IGNORECASE,
 )
-# Unquoted `NAME=value` (an environment file's line, a command line's `--secret k=v`).
+# Unquoted `NAME=value` or `Name: value` (an environment file's line, a command line's
+# `--secret k=v`, a header).
 _ASSIGNED = re.compile(
-    r"(?P<key>\b(?:" + _SECRET_FIELDS + r")\s*=\s*)(?P<value>[^\s\"',;&}\]()\\]+)"
+    r"(?P<key>" + _KEY + r"\s*[:=]\s*)(?P<value>[^\s\"',;&}\]()\\]+)", re.IGNORECASE
 )
+# A URL's password (`http://run:<token>@127.0.0.1:…`), a bearer token.
+_USERINFO = re.compile(r"(?P<key>[a-z][a-z0-9+.-]*://[^\s/@:]*:)[^\s/@]+(?=@)", re.IGNORECASE)
+_BEARER = re.compile(r"(?P<key>\bBearer\s+)[\w.~+/=-]+", re.IGNORECASE)
 MASK = "***"
 TENCENT_SDK_LOGGER = "tencentcloud_sdk_common"
 
@@ -35,6 +42,8 @@ _SIGNATURE = re.compile(r"(Signature=)[0-9a-fA-F]+")
 def mask(text: str) -> str:
     text = _PATTERN.sub(lambda m: f"{m['key']}{m['quote']}{MASK}{m['quote']}", text)
     text = _ASSIGNED.sub(lambda m: f"{m['key']}{MASK}", text)
+    text = _USERINFO.sub(lambda m: f"{m['key']}{MASK}", text)
+    text = _BEARER.sub(lambda m: f"{m['key']}{MASK}", text)
     return _SIGNATURE.sub(rf"\g<1>{MASK}", text)
 
 

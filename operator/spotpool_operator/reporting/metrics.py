@@ -32,6 +32,7 @@ NOTICE_RESULTS = (
     "unknown_pool",  # refused: no such pool served here (404)
     "wrong_instance",  # refused: not the instance the status lists in that slot (409)
     "stale_token",  # refused: signed with an earlier instance's token of that slot (401)
+    "unfulfilled",  # refused: this instance's earlier notice went unfulfilled (409)
     "bad_time",  # refused: a termination time not within minutes of receipt (422)
     "rate_limited",  # refused: too many reports or connections from there now (429)
 )

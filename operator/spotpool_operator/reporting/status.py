@@ -5,7 +5,7 @@ keep their lastTransitionTime while their status stays the same, as Kubernetes e
 change of Ready, Progressing or Degraded also sets the kstatus pair (conditions.py).
 """
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -334,6 +334,17 @@ def with_surges(
             )
         )
     return status.model_copy(update={"surges": items})
+
+
+def unfulfilled(status: SpotpoolStatus, retired: Iterable[Surge]) -> SpotpoolStatus:
+    """Remember the instances whose surge was retired unfulfilled, so that a further notice
+    of theirs starts no second one; kept while the status lists them (so bounded)."""
+    listed = {i.instance_id for i in status.instances}
+    known = [*status.notices.unfulfilled, *(s.replacing for s in retired if s.replacing)]
+    kept = [i for i in dict.fromkeys(known) if i in listed]
+    return status.model_copy(
+        update={"notices": status.notices.model_copy(update={"unfulfilled": kept})}
+    )
 
 
 def surged(

@@ -90,6 +90,13 @@ class Notices(PoolWork):
             )
         if report.slot in pool.noticed or any(s.slot == report.slot for s in pool.status.surges):
             return "repeat", 200, "already being replaced"
+        if report.instance_id in pool.status.notices.unfulfilled:
+            return (
+                "unfulfilled",
+                409,
+                f"{report.instance_id} outlived its earlier notice's grace (NoticeUnfulfilled): "
+                "no second replacement for the same instance",
+            )
         pool.noticed[report.slot] = AcceptedNotice(
             slot=report.slot,
             instance_id=report.instance_id,
@@ -211,6 +218,7 @@ class Notices(PoolWork):
             if listed.get(slot) == notice.instance_id
             and slot not in surging
             and slot not in pool.gone_slots  # gone already: the plain replacement is as quick
+            and notice.instance_id not in pool.status.notices.unfulfilled
             and notice.termination_time + timedelta(seconds=NOTICE_LATE) >= now
         )
         if not slots:
@@ -315,7 +323,8 @@ class Notices(PoolWork):
                 problem = classify(error)
                 await self._fail(pool, ref, pool.status, "up", problem, started)
                 raise problem from None
-            await self._write(pool, ref, render.surged(pool.status, result, {}, started, now))
+            status = render.surged(pool.status, result, {}, started, now)
+            await self._write(pool, ref, render.unfulfilled(status, stale))
 
     def _stale(self, surge: Surge, listed: Mapping[int | None, str], now: datetime) -> bool:
         """Past its notice's grace (counted from the notice's receipt) while the slot's

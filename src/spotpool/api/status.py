@@ -139,6 +139,11 @@ class Notices(Model):
         default_factory=list,
         description="The onNotice command's last results (newest last, at most 10).",
     )
+    unfulfilled: list[str] = Field(
+        default_factory=list,
+        description="Instances (ins-...) whose notice went unfulfilled (their replacement was "
+        "deleted as NoticeUnfulfilled): a further notice of theirs starts no replacement.",
+    )
 
 
 class Surge(Model):

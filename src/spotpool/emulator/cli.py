@@ -84,9 +84,9 @@ def serve(
     iam: Path | None = typer.Option(
         None,
         help="Identities beyond the emulator's own key pair (account 100000000001): a JSON "
-        "{Keys: [{Account, SecretId, SecretKey}], Roles: [{Account, RoleName, TrustedAccounts, "
-        "TrustedOidc: [{Issuer, Subjects}], ExternalId}], OidcProviders: [{Name, Issuer, "
-        "ClientIds, Jwks}]}; also settable at /_emulator/iam.",
+        "{Keys: [{Account, SecretId, SecretKey, Allow, Deny}], Roles: [{Account, RoleName, "
+        "TrustedAccounts, TrustedOidc: [{Issuer, Subjects}], ExternalId}], OidcProviders: "
+        "[{Name, Issuer, ClientIds, Jwks}]}; also settable at /_emulator/iam.",
     ),
     sts_max_lifetime: int | None = typer.Option(
         None,

@@ -10,6 +10,8 @@ with a missing, wrong or expired token is refused as the API does (AuthFailure.T
 """
 
 import base64
+import dataclasses
+import fnmatch
 import json
 import secrets
 import string
@@ -34,9 +36,15 @@ class _Admin(BaseModel):
 
 
 class AccountKey(_Admin):
+    """An account's key pair; `Allow`/`Deny` make it a sub-user's key whose CAM policy allows
+    those actions (`service:Action`, `*` matching anything) and denies those (a deny
+    wins); neither: the account's root key, allowed everything."""
+
     account: str = Field(alias="Account", pattern=r"^[0-9]{5,20}$")
     secret_id: str = Field(alias="SecretId", min_length=8)
     secret_key: str = Field(alias="SecretKey", min_length=8)
+    allow: list[str] | None = Field(None, alias="Allow")
+    deny: list[str] = Field(default_factory=list, alias="Deny")
 
 
 class OidcTrust(_Admin):
@@ -85,6 +93,15 @@ class Principal:
     arn: str
     kind: str  # "Root" for an account's own keys, "AssumedRole" for temporary keys
     user_id: str
+    allow: tuple[str, ...] | None = None  # a CAM policy's allowed actions; None: all
+    deny: tuple[str, ...] = ()
+
+    def may(self, service: str, action: str) -> bool:
+        """Whether its CAM policy allows `service:action` (a deny wins)."""
+        name = f"{service}:{action}"
+        if any(fnmatch.fnmatchcase(name, p) for p in self.deny):
+            return False
+        return self.allow is None or any(fnmatch.fnmatchcase(name, p) for p in self.allow)
 
 
 @dataclass(frozen=True)
@@ -111,7 +128,14 @@ class Iam:
 
     def configure(self, settings: IamSettings) -> None:
         for key in settings.keys:
-            self._keys[key.secret_id] = (key.secret_key, _root(key.account))
+            principal = _root(key.account)
+            if key.allow is not None or key.deny:
+                principal = dataclasses.replace(
+                    principal,
+                    allow=tuple(key.allow) if key.allow is not None else None,
+                    deny=tuple(key.deny),
+                )
+            self._keys[key.secret_id] = (key.secret_key, principal)
         self.roles.update({role.arn: role for role in settings.roles})
         self.providers.update({p.name: p for p in settings.oidc_providers})
         if settings.max_lifetime is not None:

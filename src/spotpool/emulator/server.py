@@ -232,6 +232,11 @@ class Emulator:
                 f"The action `{action}` does not exist in version `{version}` of `{service_name}`"
                 f" (it is {service.version}).",
             )
+        if principal is not None and not principal.may(service_name, action):
+            raise ApiError(
+                "AuthFailure.UnauthorizedOperation",
+                f"The CAM policy of {principal.arn} does not allow {service_name}:{action}.",
+            )
         region = headers.get("x-tc-region") or request.query.get("Region", "")
         if service.regional and not region:
             raise ApiError("MissingParameter", "The request is missing the X-TC-Region header.")

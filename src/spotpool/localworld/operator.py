@@ -99,10 +99,15 @@ class OperatorWorld:
     def _start(self, wait: bool) -> None:
         self.metrics_port, self.liveness_port = free_port(), free_port()
         self.starts += 1
+        # The passphrase from a file, as the chart mounts it: neither the operator's environment
+        # nor its Pulumi runs' hold it.
+        passphrase = self.directory / "passphrase"
+        passphrase.write_text(PASSPHRASE)
+        passphrase.chmod(0o600)
         env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k != "PULUMI_CONFIG_PASSPHRASE"},
             "KUBECONFIG": str(self.kube.kubeconfig),
-            "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
+            "SPOTPOOL_PASSPHRASE_FILE": str(passphrase),
             "SPOTPOOL_WORK_DIR": str(self.directory / "workspaces"),
             "SPOTPOOL_BACKEND_URL": self.backend_url or f"file://{self.directory / 'backend'}",
             **self.backend_env,

@@ -1,7 +1,9 @@
 """Where stacks live and which cloud they talk to: everything an engine run needs but the spec."""
 
 import hashlib
+import hmac
 import os
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -22,6 +24,44 @@ def repository_root() -> Path:
     return Path(__file__).resolve().parents[4]
 
 
+MIN_PASSPHRASE = 16  # characters
+# Notice secrets derived from the passphrase: stretched as Pulumi stretches it for the state
+# (PBKDF2-SHA256, 1,000,000 rounds; a salt of their own), then HKDF-SHA256 to the secret.
+NOTICE_KDF_ROUNDS = 1_000_000
+NOTICE_KDF_SALT = b"spotpool-notices/v2/pbkdf2"
+NOTICE_KDF_INFO = b"spotpool-notices/v2/notice-secret"
+
+
+def weak_passphrase(passphrase: str) -> str | None:
+    """Why a passphrase is too weak to guard the stacks' secrets and the notice tokens derived
+    from it, or None."""
+    if len(passphrase) < MIN_PASSPHRASE:
+        return f"it has {len(passphrase)} characters; give at least {MIN_PASSPHRASE}"
+    if len(set(passphrase)) < 8:
+        return "it repeats a few characters; give random ones"
+    return None
+
+
+def hkdf_sha256(key: bytes, info: bytes, length: int = 32, salt: bytes = b"") -> bytes:
+    """HKDF-SHA256 (RFC 5869): extract, then expand to `length` bytes."""
+    prk = hmac.new(salt or b"\0" * 32, key, hashlib.sha256).digest()
+    out, block, counter = b"", b"", 1
+    while len(out) < length:
+        block = hmac.new(prk, block + info + bytes([counter]), hashlib.sha256).digest()
+        out, counter = out + block, counter + 1
+    return out[:length]
+
+
+@lru_cache(maxsize=8)
+def stretched_notice_secret(passphrase: str) -> bytes:
+    """The notice secret derived from the passphrase: a token lets no one test passphrase
+    guesses faster than against the state itself (~1 s of CPU per guess per core)."""
+    stretched = hashlib.pbkdf2_hmac(
+        "sha256", passphrase.encode(), NOTICE_KDF_SALT, NOTICE_KDF_ROUNDS
+    )
+    return hkdf_sha256(stretched, NOTICE_KDF_INFO)
+
+
 def passphrase_from_env() -> str | None:
     """The stacks' passphrase from the environment (SPOTPOOL_PASSPHRASE, else Pulumi's own)."""
     return os.environ.get("SPOTPOOL_PASSPHRASE") or os.environ.get("PULUMI_CONFIG_PASSPHRASE")
@@ -30,6 +70,11 @@ def passphrase_from_env() -> str | None:
 class EngineSettings(BaseModel):
     backend_url: str = Field(description="Pulumi state backend: file://…, s3://… or https://…")
     passphrase: SecretStr = Field(description="Passphrase of the stacks' secrets provider.")
+    passphrase_file: Path | None = Field(
+        None,
+        description="Where the passphrase was read from: the Pulumi runs are given this file "
+        "(PULUMI_CONFIG_PASSPHRASE_FILE), never the passphrase in their environment.",
+    )
     work_root: Path = Field(description="Per-stack workspaces (stack settings files).")
     project_dir: Path = Field(default_factory=repository_root)
     cloud_endpoint: str | None = Field(
@@ -58,7 +103,7 @@ class EngineSettings(BaseModel):
     notice_secret: SecretStr | None = Field(
         None,
         description="Key the termination-notice tokens derive from (HMAC per pool, per slot); "
-        "None: derived from the passphrase.",
+        "None: derived from the passphrase (HKDF over its PBKDF2 stretch).",
     )
     rate_limit_runs: bool = Field(
         True,
@@ -101,9 +146,31 @@ class EngineSettings(BaseModel):
         if self.notice_secret is not None:
             secret = self.notice_secret.get_secret_value().encode()
         else:
-            salted = b"spotpool-notices:" + self.passphrase.get_secret_value().encode()
-            secret = hashlib.sha256(salted).digest()
+            secret = stretched_notice_secret(self.passphrase.get_secret_value())
         return pool_key(secret, pool_uid)
+
+    def passphrase_env(self) -> dict[str, str]:
+        """How a Pulumi run finds the passphrase: a file holding exactly it when one served
+        it (the one given, or a private copy without its trailing newline), else the value."""
+        passphrase = self.passphrase.get_secret_value()
+        if self.passphrase_file is None:
+            return {"PULUMI_CONFIG_PASSPHRASE": passphrase}
+        try:
+            exact = self.passphrase_file.read_text() == passphrase
+        except OSError:
+            exact = False
+        if exact:
+            return {"PULUMI_CONFIG_PASSPHRASE_FILE": str(self.passphrase_file)}
+        copy = self.work_root / ".passphrase"
+        try:
+            if copy.read_text() != passphrase:
+                raise OSError
+        except OSError:
+            self.work_root.mkdir(parents=True, exist_ok=True)
+            descriptor = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(descriptor, "w") as file:
+                file.write(passphrase)
+        return {"PULUMI_CONFIG_PASSPHRASE_FILE": str(copy)}
 
     def backend_for_display(self) -> str:
         """The backend URL without any userinfo or query (which may carry credentials)."""

@@ -10,17 +10,21 @@ fence fails (its cloud calls and backend writes are admitted per run: run_fence.
 
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import psutil
 from pulumi import automation as auto
+from pulumi.automation.errors import create_command_error
 from semver import VersionInfo
 
 from spotpool.engine.fencing import run_fence
+from spotpool.engine.fencing.child_env import child_environment
 from spotpool.toolchain.manifest import PULUMI_VERSION
 
 
@@ -117,4 +121,70 @@ class FencedCommand(auto.PulumiCommand):
         check_fence()
         check = getattr(_fence, "check", None)
         with run_fence.admitted(additional_env, cwd, check) as env:
-            return super().run(args, cwd, env, on_output, on_error)
+            return self._run(args, cwd, env, on_output, on_error)
+
+    def _run(
+        self,
+        args: list[str],
+        cwd: str,
+        run_env: Mapping[str, str],
+        on_output: Callable[[str], Any] | None,
+        on_error: Callable[[str], Any] | None,
+        stdin: str | None = None,
+    ) -> auto.CommandResult:
+        """The Automation API's `run`, with the environment the run needs (child_env.py)
+        instead of all of this process's, and an optional stdin (a secret's value: never an
+        argument, where /proc/<pid>/cmdline shows it)."""
+        if "--non-interactive" not in args:
+            args = ["--non-interactive", *args]
+        backend = run_env.get("PULUMI_BACKEND_URL") or run_fence.project_backend(Path(cwd))
+        env = child_environment(run_env, backend, args, cwd)
+        env["PULUMI_AUTOMATION_API"] = "true"
+        env["PATH"] = os.pathsep.join([os.path.dirname(self.command), env.get("PATH", "")])
+        chunks: dict[str, list[str]] = {"out": [], "err": []}
+
+        def consume(stream: Any, callback: Callable[[str], Any] | None, name: str) -> None:
+            for line in iter(stream.readline, ""):
+                stripped = line.rstrip()
+                if callback:
+                    callback(stripped)
+                chunks[name].append(stripped)
+            stream.close()
+
+        with subprocess.Popen(
+            [self.command, *args],
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+            encoding="utf-8",
+        ) as process:
+            readers = [
+                threading.Thread(target=consume, args=(process.stdout, on_output, "out")),
+                threading.Thread(target=consume, args=(process.stderr, on_error, "err")),
+            ]
+            for reader in readers:
+                reader.start()
+            if stdin is not None and process.stdin is not None:
+                process.stdin.write(stdin)
+                process.stdin.close()
+            for reader in readers:
+                reader.join()
+            code = process.wait()
+        result = auto.CommandResult(
+            stdout="\n".join(chunks["out"]), stderr="\n".join(chunks["err"]), code=code
+        )
+        if code != 0:
+            raise create_command_error(result)
+        return result
+
+    def run_with_input(
+        self, args: list[str], cwd: str, additional_env: Mapping[str, str], stdin: str
+    ) -> auto.CommandResult:
+        """`run`, the CLI reading `stdin` (`pulumi config set --secret KEY` reads the value
+        from it when not interactive)."""
+        check_fence()
+        check = getattr(_fence, "check", None)
+        with run_fence.admitted(additional_env, cwd, check) as env:
+            return self._run(args, cwd, env, None, None, stdin)

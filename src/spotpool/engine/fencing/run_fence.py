@@ -1,8 +1,11 @@
-"""What a fenced Pulumi run talks through: its cloud calls through the local API proxy and its
-backend requests through the fencing S3 proxy, each admitted as this run so that every request
-is checked against the run's fence where it leaves the replica (api_proxy.py, s3_fence.py).
+"""What a Pulumi run talks through: its cloud calls through the local API proxy and, when
+fenced, its backend requests through the fencing S3 proxy, each admitted as this run so that
+every request is checked against the run's fence where it leaves the replica (api_proxy.py,
+s3_fence.py).
 
-A run outside any fence (by hand, a preview, a one-writer install) keeps its environment as is.
+Every run whose calls go through the API proxy signs with placeholder keys of its own, valid
+while it runs: the real keys stay in this process. A run outside any fence (by hand, a
+preview, a one-writer install) is admitted to nothing else.
 """
 
 import os
@@ -23,11 +26,15 @@ Check = Callable[[], None]
 def admitted(env: Mapping[str, str], cwd: str, check: Check | None) -> Iterator[dict[str, str]]:
     """The environment of one run under `check`, its admissions open while the block lasts."""
     run_env = dict(env)
-    if check is None:
-        yield run_env
-        return
     with ExitStack() as admissions:
         proxy = api_proxy.proxy_at(run_env.get("HTTP_PROXY"))
+        if proxy is not None:
+            run_env.update(admissions.enter_context(proxy.issue(run_env)))
+            if not run_env.get("TENCENTCLOUD_SECURITY_TOKEN"):
+                run_env.pop("TENCENTCLOUD_SECURITY_TOKEN", None)
+        if check is None:
+            yield run_env
+            return
         if proxy is not None:
             run_env.update(admissions.enter_context(proxy.admit(check)))
         backend = run_env.get("PULUMI_BACKEND_URL") or project_backend(Path(cwd))

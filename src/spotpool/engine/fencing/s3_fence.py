@@ -18,6 +18,13 @@ proxy re-signs each request with the real keys only while:
 
 S3 (since 2024-08), MinIO and versitygw honour these preconditions on PutObject.
 The real keys are read as open_backend reads them (the process's and the run's environment).
+
+It trusts no caller: each run gets a key id and a secret of its own, and a request is
+forwarded only when its SigV4 signature (sigv4.py) is that run's, made within 15 minutes. A
+run reaches only the backend's bucket under its prefix: a path naming another bucket (or
+`/bucket@host/…`, which would name another host in virtual-host style), a `..` segment, a
+listing outside the prefix, a copy from elsewhere or a bucket-level write is refused (403),
+and a body over `MAX_BODY` gets 413 before it is read.
 """
 
 import hashlib
@@ -39,7 +46,10 @@ from minio.credentials.credentials import Credentials
 from minio.signer import sign_v4_s3
 from pulumi import automation as auto
 
+from spotpool.engine.fencing import sigv4
+
 log = logging.getLogger(__name__)
+MAX_BODY = 512 * 1024 * 1024  # bytes: a checkpoint of thousands of resources is tens of MB
 Check = Callable[[], None]  # raises when the run's writer may no longer write
 CHECKPOINT = re.compile(r"^\.pulumi/stacks/[^/]+/[^/]+\.json(\.gz|\.zst)?$")
 ABSENT = ""  # the ETag of a checkpoint the run saw missing
@@ -56,6 +66,7 @@ _REPLY_SKIPPED = frozenset({"connection", "keep-alive", "transfer-encoding", "co
 @dataclass
 class _Run:
     check: Check | None
+    secret: str = field(default_factory=lambda: secrets.token_urlsafe(30))  # signs its calls
     etags: dict[str, str] = field(default_factory=dict)  # checkpoint key -> ETag last seen
     late_saves: int = 0  # its saves the backend refused: another writer saved meanwhile
 
@@ -86,11 +97,58 @@ class Upstream:
         )  # fmt: skip
 
     def target(self, path: str) -> tuple[str, str]:
-        """(host, path) of a path-style request `/bucket/key` on the real endpoint."""
+        """(host, path) of a path-style request `/bucket/key` on the real endpoint (one that
+        `confined` let through)."""
         if self.path_style:
             return self.host, path
         rest = path.removeprefix(f"/{self.bucket}")
+        if rest and not rest.startswith("/"):  # `/bucket@other/x` would name another host
+            raise ValueError(f"not a path in bucket {self.bucket}")
         return f"{self.bucket}.{self.host}", rest or "/"
+
+    def confined(
+        self, method: str, path: str, query: str, headers: Mapping[str, str]
+    ) -> str | None:
+        """Why a request reaches outside the backend's bucket and prefix, or None if it
+        stays inside: an object under the prefix, a listing of it, the bucket's location."""
+        decoded = unquote(path)
+        bucket_path = f"/{self.bucket}"
+        if decoded in (bucket_path, f"{bucket_path}/"):  # the bucket itself
+            params = dict(parse_qsl(query, keep_blank_values=True))
+            if method not in ("GET", "HEAD"):
+                return "a write to the bucket itself"
+            if "location" in params or method == "HEAD":
+                return None
+            listed = params.get("prefix", "")
+            if set(params) - {
+                "list-type",
+                "prefix",
+                "delimiter",
+                "max-keys",
+                "continuation-token",
+                "start-after",
+                "encoding-type",
+                "marker",
+                "fetch-owner",
+            }:
+                return "a bucket sub-resource other than a listing"
+            if self.prefix and not (listed + "/").startswith(f"{self.prefix}/"):
+                return f"a listing outside the prefix {self.prefix}/"
+            return None
+        if not decoded.startswith(f"{bucket_path}/"):
+            return f"a path outside the bucket {self.bucket}"
+        key = decoded[len(bucket_path) + 1 :]
+        if any(part in (".", "..") for part in key.split("/")) or "\\" in key:
+            return "a relative path segment"
+        if self.prefix and not key.startswith(f"{self.prefix}/"):
+            return f"a key outside the prefix {self.prefix}/"
+        source = headers.get("x-amz-copy-source")
+        if source is not None:
+            copied = unquote(source.split("?", 1)[0]).lstrip("/")
+            inside = f"{self.bucket}/{self.prefix}/" if self.prefix else f"{self.bucket}/"
+            if not copied.startswith(inside) or ".." in copied.split("/"):
+                return "a copy from outside the backend"
+        return None
 
     def key(self, path: str) -> str:
         """The key relative to the backend's root (`.pulumi/…`) of a request path."""
@@ -101,19 +159,32 @@ class Upstream:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: "_Server"
+    timeout = 300.0  # seconds a client may stall mid-request (or idle between requests)
 
     def do_GET(self) -> None:
         fence = self.server.fence
-        body = _decoded_body(self)  # read even when refused: the connection is kept alive
+        try:
+            raw = _raw_body(self)  # read even when refused: the connection is kept alive
+        except _BodyTooLarge:
+            self.close_connection = True
+            self._reply_error(413, "EntityTooLarge", f"spotpool: a body over {MAX_BODY} bytes")
+            return
+        path, _, query = self.path.partition("?")
+        lower = {k.lower(): v for k, v in self.headers.items()}
         run = fence.run_of(self.headers.get("Authorization") or "")
-        why = fence.failure(run)
+        why = (
+            sigv4.problem(self.command, path, query, lower, run.secret if run else None)
+            or fence.upstream.confined(self.command, path, query, lower)
+            or fence.failure(run)
+        )
         if why is not None:
             fence.refused += 1
             log.warning("backend %s refused: %s", self.command, why)
             self._reply_error(403, "AccessDenied", f"spotpool: {why}")
             return
         assert run is not None
-        key = fence.upstream.key(self.path.split("?", 1)[0])
+        body = _decoded_body(self, raw)
+        key = fence.upstream.key(path)
         headers = {k: v for k, v in self.headers.items() if _FORWARDED.match(k.lower())}
         encoding = [e for e in (self.headers.get("Content-Encoding") or "").split(",")
                     if e.strip() and e.strip().lower() != "aws-chunked"]  # fmt: skip
@@ -156,15 +227,25 @@ class _Handler(BaseHTTPRequestHandler):
         """Quiet: refusals are logged on their own."""
 
 
-def _decoded_body(handler: BaseHTTPRequestHandler) -> bytes:
-    """The request's payload: HTTP chunking and the AWS SDK's aws-chunked framing (chunk
-    signatures, checksum trailers) taken off; the proxy signs the plain bytes again."""
+class _BodyTooLarge(Exception):
+    pass
+
+
+def _raw_body(handler: BaseHTTPRequestHandler) -> bytes:
+    """The request's bytes as sent (HTTP chunking taken off), at most MAX_BODY."""
     headers = handler.headers
     if "chunked" in (headers.get("Transfer-Encoding") or "").lower():
-        raw = _read_chunks(handler.rfile)
-    else:
-        length = int(headers.get("Content-Length") or 0)
-        raw = handler.rfile.read(length) if length else b""
+        return _read_chunks(handler.rfile, MAX_BODY)
+    length = int(headers.get("Content-Length") or 0)
+    if length > MAX_BODY or length < 0:
+        raise _BodyTooLarge
+    return handler.rfile.read(length) if length else b""
+
+
+def _decoded_body(handler: BaseHTTPRequestHandler, raw: bytes) -> bytes:
+    """The request's payload: the AWS SDK's aws-chunked framing (chunk signatures, checksum
+    trailers) taken off; the proxy signs the plain bytes again."""
+    headers = handler.headers
     encoding = (headers.get("Content-Encoding") or "").lower()
     sha = headers.get("X-Amz-Content-Sha256") or ""
     if "aws-chunked" in encoding or sha.startswith("STREAMING-"):
@@ -172,10 +253,13 @@ def _decoded_body(handler: BaseHTTPRequestHandler) -> bytes:
     return raw
 
 
-def _read_chunks(stream: BinaryIO | io.BufferedIOBase) -> bytes:
+def _read_chunks(stream: BinaryIO | io.BufferedIOBase, limit: int = MAX_BODY) -> bytes:
     """`<hex size>[;extensions]CRLF data CRLF` … `0` CRLF, trailers, a blank line."""
-    chunks = []
-    while size := int(stream.readline().split(b";")[0].strip() or b"0", 16):
+    chunks, total = [], 0
+    while size := int(stream.readline(4096).split(b";")[0].strip() or b"0", 16):
+        total += size
+        if total > limit:
+            raise _BodyTooLarge
         chunks.append(stream.read(size))
         stream.readline()
     while stream.readline().strip():  # trailers (a checksum), up to the blank line
@@ -208,7 +292,6 @@ class S3Fence:
             env.get("AWS_SECRET_ACCESS_KEY") or "",
             env.get("AWS_SESSION_TOKEN") or None,
         )
-        self.secret = secrets.token_hex(16)  # what the runs sign with: never the real keys
         self.runs: dict[str, _Run] = {}
         self.refused = 0  # requests refused by the fence
         self.late_saves = 0  # checkpoint saves the backend refused (412): a later save won
@@ -235,7 +318,7 @@ class S3Fence:
             yield {
                 "PULUMI_BACKEND_URL": self.url,
                 "AWS_ACCESS_KEY_ID": token,
-                "AWS_SECRET_ACCESS_KEY": self.secret,
+                "AWS_SECRET_ACCESS_KEY": run.secret,  # the run's own: never the real keys
                 "AWS_SESSION_TOKEN": "",
             }
         finally:

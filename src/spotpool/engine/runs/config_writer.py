@@ -9,7 +9,9 @@ from collections.abc import Mapping
 from pulumi import automation as auto
 
 from spotpool.api.stackconfig import PROJECT, USER_DATA_FINGERPRINT, StackConfig
+from spotpool.engine.basics.errors import EngineError
 from spotpool.engine.basics.stack_view import WorkspaceStack
+from spotpool.engine.fencing.processes import FencedCommand
 from spotpool.engine.runs import config_file
 from spotpool.engine.runs.known_stacks import known_stack
 
@@ -61,7 +63,7 @@ def write_config(
         secrets = {} if same_secrets else {key: values[key].value for key in secret}
         passphrase = settings.passphrase.get_secret_value()
         if not config_file.write(stack, unsecret, secrets, passphrase):
-            stack.set_all_config(values)
+            set_through_cli(stack, values)
         if known is not None:
             known.config = plain
     if known is None or known.tagged:
@@ -77,6 +79,23 @@ def write_config(
             if current.get(key) != value:
                 stack.set_tag(key, value)
     known.tagged = True
+
+
+def set_through_cli(stack: auto.Stack, values: Mapping[str, auto.ConfigValue]) -> None:
+    """Set config with the CLI when the settings file is not one this can edit: the plain
+    values with `config set-all`, each secret with `config set --secret KEY`, its value on the
+    CLI's stdin — never on a command line, which any process of the host can read."""
+    plain = {key: value for key, value in values.items() if not value.secret}
+    if plain:
+        stack.set_all_config(plain)
+    workspace = stack.workspace
+    command = getattr(workspace, "pulumi_command", None)
+    if not isinstance(command, FencedCommand) or not isinstance(workspace, auto.LocalWorkspace):
+        raise EngineError(f"cannot set the secret config of stack {stack.name} safely")
+    for key, value in values.items():
+        if value.secret:
+            args = ["config", "set", "--secret", "--stack", stack.name, key]
+            command.run_with_input(args, workspace.work_dir, workspace.env_vars, value.value)
 
 
 def nonces_last_set(config: Mapping[str, str] | None) -> dict[str, str]:

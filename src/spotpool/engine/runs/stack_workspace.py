@@ -4,6 +4,7 @@ workspace, and the environment every Pulumi run of it gets (credentials travel o
 import contextlib
 import hashlib
 import os
+import urllib.parse
 from functools import cache
 from pathlib import Path
 
@@ -115,11 +116,20 @@ def forget_work_dir(work_root: Path, work_dir: Path) -> None:
     memo.unlink(missing_ok=True)
 
 
+def _plain_http_host(backend_url: str) -> str | None:
+    """The host of an `s3://…?endpoint=http://HOST:PORT` backend, else None."""
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(backend_url).query)
+    endpoint = (query.get("endpoint") or [""])[-1]
+    if not endpoint.startswith("http://"):
+        return None
+    return urllib.parse.urlsplit(endpoint).hostname
+
+
 def pulumi_env(pool: StackView) -> dict[str, str]:
     """The environment of every Pulumi run of the pool's stack (`WorkspaceStack.run_env`)."""
     settings = pool.settings
     env = {
-        "PULUMI_CONFIG_PASSPHRASE": settings.passphrase.get_secret_value(),
+        **settings.passphrase_env(),  # a file when one serves it: not in the run's environ
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         "PULUMI_DIY_BACKEND_NO_LEGACY_WARNING": "true",
         # The plugins are installed in Pulumi's home; the copies beside the CLI on PATH
@@ -138,10 +148,17 @@ def pulumi_env(pool: StackView) -> dict[str, str]:
         env["TENCENTCLOUD_PROTOCOL"] = "HTTP"
         env["HTTP_PROXY"] = settings.cloud_endpoint
         env["http_proxy"] = settings.cloud_endpoint
-    # The provider's calls take the operator's tokens; calls signed with temporary keys are
-    # re-signed there with the live ones (a run may outlive the keys it started with).
-    if settings.rate_limit_runs or pool.credentials.temporary:
-        env.update(api_proxy.proxy_for(settings.cloud_endpoint).env())
+    # The provider's calls go through the local API proxy, always: each run signs with
+    # placeholder keys (run_fence.admitted) that the proxy checks and replaces with the real
+    # ones — renewed, when temporary (a run may outlive the keys it started with) — and
+    # they take the operator's rate-limit tokens (unless rate_limit_runs is off).
+    env.update(api_proxy.proxy_for(settings.cloud_endpoint, settings.rate_limit_runs).env())
+    # The proxy takes API calls only: a backend reached in plain HTTP on another host (an
+    # in-VPC MinIO) is not sent through it (Go never proxies loopback addresses anyway).
+    backend_host = _plain_http_host(settings.backend_url)
+    if backend_host:
+        for name in ("NO_PROXY", "no_proxy"):
+            env[name] = ",".join(filter(None, [env.get(name, ""), backend_host]))
     # Stacks of either provider open, whichever new stacks get (settings.secrets_provider).
     env.update(keyserver.service_for(settings.passphrase.get_secret_value()).env())
     env["PULUMI_HOME"] = str(engine_home(settings.work_root))

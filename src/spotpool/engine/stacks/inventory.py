@@ -54,7 +54,7 @@ def _local_workspace(settings: EngineSettings, work_dir: str) -> auto.LocalWorks
         work_dir=work_dir,
         pulumi_command=pulumi_command(settings.tools_dir.parent),
         env_vars={
-            "PULUMI_CONFIG_PASSPHRASE": settings.passphrase.get_secret_value(),
+            **settings.passphrase_env(),
             "PULUMI_SKIP_UPDATE_CHECK": "true",
             **keyserver.service_for(settings.passphrase.get_secret_value()).env(),
         },

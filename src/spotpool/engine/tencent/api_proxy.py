@@ -6,12 +6,17 @@ operator's SDK calls: the runs are told to speak plain HTTP through this proxy
 (SecretId, region, action) bucket as the operator's own calls (ratelimit.BUCKETS) before it
 forwards each request, so one account's rate holds whatever runs at once.
 
-The request is forwarded untouched: TC3-HMAC-SHA256 signs the Host header, the content type
-and the body, and the proxy keeps all three (the Host names the API, not the proxy). It reads
-only the action (X-TC-Action), the region (X-TC-Region) and the SecretId (Authorization's
-Credential=, a public key id); it never logs a request. Upstream is the emulator (which is
-itself the runs' proxy in the local world) or, against the real cloud, https://<Host>: the
-plain-HTTP leg never leaves the machine.
+It trusts no caller. A run never holds the real keys: each run is issued placeholder keys of
+its own (`issue`, dropped when the run ends), and a call is forwarded only when it is signed
+(TC3-HMAC-SHA256, within five minutes) with a placeholder key pair issued to a run still
+going; the proxy then signs it again with the real keys (tc3.py). Any other process that can
+reach the port (in the pod, on the host) gets 'AuthFailure.SignatureFailure' and nothing
+leaves. The Host the signature covers must be `<service>.tencentcloudapi.com` (a dot
+boundary, no userinfo, no other port), the request target's host the same; upstream is the
+configured endpoint (the emulator, itself the runs' proxy in the local world) or, against the
+real cloud, https://<Host>:443, always TLS: the plain-HTTP leg never leaves the machine.
+Bodies are capped (`MAX_BODY`), a client that stalls mid-request is cut off
+(`HANDLER_TIMEOUT`), and the proxy never logs a request.
 
 It is also the fence of the runs' cloud calls. A fenced run (one started under a shard's
 operation) is admitted with a token of its own in its proxy URL (`admit`; Go sends it as
@@ -22,15 +27,16 @@ RunInstances and TerminateInstances refused, not forwarded. The refusal is a Ten
 that the provider does not retry (`FENCED_CODE`), so the run fails at once instead of retrying
 into a storm. A run whose admission ended (the operation is over) is refused too.
 
-Temporary credentials are re-signed here. A call signed with a temporary SecretId that the
-process's credential cache issued (identities.py) is signed again, right before the send, with
+Temporary credentials are renewed here too. A run whose real keys are temporary ones the
+process's credential cache issued (identities.py) is signed, right before each send, with
 that identity's live credentials (renewed at two thirds of their life): a run that outlives
 the keys it started with never fails for it. Its bucket is the identity's account (an assumed
-role's), not the SecretId, which changes at every renewal.
+role's), else the real SecretId — never the run's placeholder.
 """
 
 import base64
 import binascii
+import dataclasses
 import http.client
 import json
 import logging
@@ -47,7 +53,9 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
+
+from pydantic import SecretStr
 
 from spotpool.engine.tencent import tc3
 from spotpool.engine.tencent.credentials import Credentials
@@ -56,6 +64,12 @@ from spotpool.engine.tencent.ratelimit import BUCKETS, Buckets
 from spotpool.engine.tencent.sts import StsError
 
 API_DOMAIN = "tencentcloudapi.com"
+# `<service>.tencentcloudapi.com` (any depth of labels), with the dot boundary.
+_API_HOST = re.compile(r"^(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+tencentcloudapi\.com$")
+MAX_BODY = 8 * 1024 * 1024  # bytes of a request body (RunInstances with user data: < 100 KiB)
+HANDLER_TIMEOUT = 120.0  # seconds a client may stall mid-request (or idle between requests)
+PLACEHOLDER_PREFIX = "SPOTPOOLRUN"
+REFUSED_CODE = "AuthFailure.SignatureFailure"  # not retried by the provider either
 _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
 _HOP_BY_HOP = frozenset(
     {
@@ -110,6 +124,23 @@ def bucket_key(
     return (owner or signing_id(headers), headers.get("X-TC-Region") or "", action)
 
 
+def api_host(host: str) -> str | None:
+    """The API host a request names (`Host`, maybe with :80/:443), or None when it is not
+    `<service>.tencentcloudapi.com` exactly."""
+    name, sep, port = host.strip().lower().partition(":")
+    if sep and port not in ("80", "443"):
+        return None
+    return name if _API_HOST.match(name) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Issued:
+    """A run's placeholder keys: the key it signs with, and its real keys' source."""
+
+    secret_key: str
+    live: Callable[[], Credentials]
+
+
 class _Upstreams:
     """One handler thread's connections, reused across its client's keep-alive requests."""
 
@@ -117,17 +148,17 @@ class _Upstreams:
         self.endpoint = endpoint
         self._open: dict[tuple[str, str], http.client.HTTPConnection] = {}
 
-    def target(self, path: str, host: str) -> tuple[str, str, str]:
-        """(scheme, host, request target) to send the request to."""
+    def target(self, path: str, host: str) -> tuple[str, str, str] | None:
+        """(scheme, host, request target) to send the request to; None when it names any
+        host but the API's (`Host`, signed, and the request target's must agree)."""
+        name = api_host(host)
+        parts = urlsplit(path)
+        if name is None or (parts.netloc and api_host(parts.netloc) != name):
+            return None  # a userinfo@, another host or port: never sent anywhere
         if self.endpoint:  # the emulator is a proxy too: it gets the absolute URI as we did
             upstream = urlsplit(self.endpoint)
-            return upstream.scheme or "http", upstream.netloc, path
-        parts = urlsplit(path)
-        host = parts.netloc or host
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        # The API over TLS, always; anything else (not ours to upgrade) as it came.
-        scheme = "https" if host.split(":")[0].endswith(API_DOMAIN) else "http"
-        return scheme, host, target
+            return upstream.scheme or "http", upstream.netloc, f"http://{name}/{_target(parts)}"
+        return "https", name, "/" + _target(parts)  # the real cloud: TLS, always
 
     def connection(self, scheme: str, host: str) -> http.client.HTTPConnection:
         found = self._open.get((scheme, host))
@@ -152,9 +183,19 @@ class _Upstreams:
         self._open.clear()
 
 
+def _target(parts: "SplitResult") -> str:
+    """The request target's path and query, without its leading slash."""
+    return (parts.path or "/").lstrip("/") + (f"?{parts.query}" if parts.query else "")
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the provider's Go client expects
     server: "_Server"
+    timeout = HANDLER_TIMEOUT  # the socket's: a stalled client is cut off
 
     def setup(self) -> None:
         super().setup()
@@ -165,27 +206,53 @@ class _Handler(BaseHTTPRequestHandler):
         self.upstreams.close()
 
     def do_POST(self) -> None:
-        body = self._body()
+        try:
+            body = self._body()
+        except _BodyTooLarge:
+            self.close_connection = True  # the rest of the body is not read
+            self.send_error(413, f"request body over {MAX_BODY} bytes")
+            return
+        except (ValueError, OSError):
+            self.close_connection = True
+            self.send_error(400, "malformed request body")
+            return
+        destination = self.upstreams.target(self.path, self.headers.get("Host") or "")
+        if destination is None:
+            self.server.refused += 1
+            self._deny("the request names a host other than <service>.tencentcloudapi.com")
+            return
+        query = urlsplit(self.path).query
+        issued = self.server.keys.get(signing_id(self.headers))
+        sent = dict(self.headers.items())
+        now = time.time()
+        problem = tc3.verify(self.command, query, sent, body, self.server.secret_key_of, now)
+        if problem is not None or issued is None:
+            self.server.refused += 1
+            self._deny(problem or "signed with keys this proxy did not issue")
+            return
         token = run_token(self.headers)
         if self._refused(token):
             return
-        live = _live_keys(lambda: CREDENTIALS.current_for(signing_id(self.headers)))
-        key = bucket_key(self.headers, live.bucket_owner() if live else None)
-        if key is not None:  # wait its turn, across every run and the operator's own calls
-            wait = self.server.buckets.bucket(*key).reserve()
+        live = _live_keys(issued.live)
+        if live is None:
+            self._deny("the run's temporary keys could not be renewed (STS refused)")
+            return
+        key = bucket_key(self.headers, live.bucket_owner())
+        if key is not None and self.server.limited:  # wait its turn, across every run and
+            wait = self.server.buckets.bucket(*key).reserve()  # the operator's own calls
             if wait > 0:
                 time.sleep(wait)
                 if self._client_gone():
                     return  # its run was killed meanwhile: a dead run's call must not land
                 if self._refused(token):  # right before the send: the wait may be long
                     return
-        scheme, host, target = self.upstreams.target(self.path, self.headers.get("Host") or "")
+        scheme, host, target = destination
         replaced = self._resigned(body, live)
         headers = [
             (k, v)
             for k, v in self.headers.items()
             if k.lower() not in _HOP_BY_HOP
-            and k.lower() != "content-length"
+            and k.lower() not in ("content-length", "x-tc-token")
             and k.lower() not in replaced
         ] + [(k, v) for k, v in replaced.items()]
         for attempt in (1, 2):  # a kept-alive upstream connection may have been closed
@@ -216,19 +283,34 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = do_PUT = do_DELETE = do_HEAD = do_POST
 
-    def _resigned(self, body: bytes, live: Credentials | None) -> dict[str, str]:
-        """Headers that sign the call with its identity's live temporary keys (renewed right
-        now if due); none for a call signed with permanent keys."""
-        if live is None:
-            return {}
+    def _resigned(self, body: bytes, live: Credentials) -> dict[str, str]:
+        """Headers that sign the call with the run's real keys (temporary ones renewed right
+        now if due)."""
         # The wait for a token may have outlasted a renewal point.
-        live = _live_keys(live.current)
-        if live is None:
-            return {}
+        live = _live_keys(live.current) or live
         query = urlsplit(self.path).query
         headers = {k: v for k, v in self.headers.items()}
         replaced = tc3.resign(self.command, query, headers, body, live, time.time()) or {}
         return {k.lower(): v for k, v in replaced.items()}
+
+    def _deny(self, why: str) -> None:
+        """Answer a call that is not forwarded as the API answers a bad signature."""
+        log.warning("a call to the local API proxy refused: %s", why)
+        self._api_error(REFUSED_CODE, f"spotpool: {why}; not sent")
+
+    def _api_error(self, code: str, message: str) -> None:
+        reply = {
+            "Response": {
+                "Error": {"Code": code, "Message": message},
+                "RequestId": str(uuid.uuid4()),
+            }
+        }
+        data = json.dumps(reply).encode()
+        self.send_response(200)  # an API error, as the cloud answers one (not a retried 5xx)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def _refused(self, token: str | None) -> bool:
         """Answer the run's call with the fence's refusal if its writer lost the right to
@@ -240,18 +322,7 @@ class _Handler(BaseHTTPRequestHandler):
             return False
         self.server.refused += 1
         log.warning("cloud call %s refused: %s", self.headers.get("X-TC-Action") or "?", why)
-        reply = {
-            "Response": {
-                "Error": {"Code": FENCED_CODE, "Message": f"spotpool: {why}; not sent"},
-                "RequestId": str(uuid.uuid4()),
-            }
-        }
-        data = json.dumps(reply).encode()
-        self.send_response(200)  # an API error, as the cloud answers one (not a retried 5xx)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self._api_error(FENCED_CODE, f"spotpool: {why}; not sent")
         return True
 
     def _client_gone(self) -> bool:
@@ -265,15 +336,21 @@ class _Handler(BaseHTTPRequestHandler):
             return True
 
     def _body(self) -> bytes:
+        """The request body, at most MAX_BODY bytes (else _BodyTooLarge, nothing more read)."""
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            chunks = []
-            while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+            chunks, total = [], 0
+            while size := int(self.rfile.readline(64).split(b";")[0].strip() or b"0", 16):
+                total += size
+                if total > MAX_BODY:
+                    raise _BodyTooLarge
                 chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-            while self.rfile.readline().strip():  # trailers, up to the blank line
+                self.rfile.readline(64)
+            while self.rfile.readline(1024).strip():  # trailers, up to the blank line
                 pass
             return b"".join(chunks)
         length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY or length < 0:
+            raise _BodyTooLarge
         return self.rfile.read(length) if length else b""
 
     def log_message(self, format: str, *args: object) -> None:
@@ -283,12 +360,18 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, endpoint: str | None, buckets: Buckets) -> None:
+    def __init__(self, endpoint: str | None, buckets: Buckets, limited: bool) -> None:
         self.endpoint = endpoint
         self.buckets = buckets
+        self.limited = limited  # calls take tokens from the buckets
         self.runs: dict[str, Check | None] = {}  # admitted runs: token -> their fence
-        self.refused = 0  # calls refused by the fence, for tests and logs
+        self.keys: dict[str, _Issued] = {}  # placeholder SecretId -> the run's keys
+        self.refused = 0  # calls refused (fence, signature, host), for tests and logs
         super().__init__(("127.0.0.1", 0), _Handler)
+
+    def secret_key_of(self, secret_id: str) -> str | None:
+        issued = self.keys.get(secret_id)
+        return issued.secret_key if issued is not None else None
 
     def fence_failure(self, token: str) -> str | None:
         """Why the run of `token` may not send now, or None when it may."""
@@ -307,8 +390,10 @@ class _Server(ThreadingHTTPServer):
 class ApiProxy:
     """The proxy, serving on a thread of its own until the process ends (or `close`)."""
 
-    def __init__(self, endpoint: str | None, buckets: Buckets = BUCKETS) -> None:
-        self._server = _Server(endpoint, buckets)
+    def __init__(
+        self, endpoint: str | None, buckets: Buckets = BUCKETS, limited: bool = True
+    ) -> None:
+        self._server = _Server(endpoint, buckets, limited)
         host, port = self._server.server_address[:2]
         self.url = f"http://{host!s}:{port}"
         thread = threading.Thread(
@@ -339,6 +424,36 @@ class ApiProxy:
         finally:
             self._server.runs.pop(token, None)
 
+    @contextmanager
+    def issue(self, env: Mapping[str, str]) -> Iterator[dict[str, str]]:
+        """Placeholder keys for one run in place of the real ones in `env` (the provider's
+        TENCENTCLOUD_SECRET_ID/KEY/SECURITY_TOKEN): yields the run's variables ("" for the
+        token: to be dropped), valid until the block ends. Nothing when `env` has no keys."""
+        secret_id = env.get("TENCENTCLOUD_SECRET_ID")
+        secret_key = env.get("TENCENTCLOUD_SECRET_KEY")
+        if not (secret_id and secret_key):
+            yield {}
+            return
+        token = env.get("TENCENTCLOUD_SECURITY_TOKEN") or None
+        real = Credentials(
+            secret_id=SecretStr(secret_id),
+            secret_key=SecretStr(secret_key),
+            token=SecretStr(token) if token else None,
+        )
+        # Temporary keys of the process's cache: their identity's, renewed as they age.
+        live = CREDENTIALS.renewer_for(secret_id) or (lambda: real)
+        placeholder = PLACEHOLDER_PREFIX + secrets.token_hex(12).upper()
+        issued = _Issued(secrets.token_urlsafe(30), live)
+        self._server.keys[placeholder] = issued
+        try:
+            yield {
+                "TENCENTCLOUD_SECRET_ID": placeholder,
+                "TENCENTCLOUD_SECRET_KEY": issued.secret_key,
+                "TENCENTCLOUD_SECURITY_TOKEN": "",
+            }
+        finally:
+            self._server.keys.pop(placeholder, None)
+
     @property
     def refused(self) -> int:
         """How many calls the fence refused so far."""
@@ -365,7 +480,7 @@ def _without_api(no_proxy: str) -> str:
     )
 
 
-_proxies: dict[str | None, ApiProxy] = {}
+_proxies: dict[tuple[str | None, bool], ApiProxy] = {}
 _proxies_guard = threading.Lock()
 
 
@@ -375,10 +490,11 @@ def proxy_at(url: str | None) -> ApiProxy | None:
         return next((p for p in _proxies.values() if url and p.url == url), None)
 
 
-def proxy_for(endpoint: str | None) -> ApiProxy:
-    """This process's proxy to `endpoint` (None: the real cloud), started on first use."""
+def proxy_for(endpoint: str | None, limited: bool = True) -> ApiProxy:
+    """This process's proxy to `endpoint` (None: the real cloud), started on first use;
+    `limited`: its calls take the operator's rate-limit tokens."""
     with _proxies_guard:
-        found = _proxies.get(endpoint)
+        found = _proxies.get((endpoint, limited))
         if found is None:
-            found = _proxies[endpoint] = ApiProxy(endpoint)
+            found = _proxies[(endpoint, limited)] = ApiProxy(endpoint, limited=limited)
         return found

@@ -69,7 +69,8 @@ class CredentialCache:
         self._fetchers: dict[str, Callable[[], Credentials]] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
-        self._issued_to: dict[str, str] = {}  # temporary SecretId -> its identity
+        # Temporary SecretId -> its identity and expiry; dropped once expired.
+        self._issued_to: dict[str, tuple[str, float | None]] = {}
         self.fetches = 0  # STS calls made, for tests and logs
 
     def role(self, base: Credentials, role: AssumeRole, endpoint: str | None) -> Credentials:
@@ -104,9 +105,19 @@ class CredentialCache:
 
     def current_for(self, secret_id: str) -> Credentials | None:
         """The live credentials of the identity a temporary SecretId was issued to (renewed
-        if due), or None for a SecretId this cache never issued (a permanent key pair)."""
-        identity = self._issued_to.get(secret_id)
-        return None if identity is None else self._current(identity)
+        if due), or None for a SecretId this cache never issued (a permanent key pair) or
+        one that expired."""
+        renew = self.renewer_for(secret_id)
+        return None if renew is None else renew()
+
+    def renewer_for(self, secret_id: str) -> Callable[[], Credentials] | None:
+        """What gives the live credentials of the identity a temporary SecretId (still
+        alive) was issued to, for as long as the holder needs them (a Pulumi run's)."""
+        found = self._issued_to.get(secret_id)
+        if found is None or (found[1] is not None and found[1] <= self.clock()):
+            return None
+        identity = found[0]
+        return lambda: self._current(identity)
 
     def _current(self, identity: str) -> Credentials:
         return self.get(identity, self._fetchers[identity]).model_copy()
@@ -135,7 +146,11 @@ class CredentialCache:
         self.fetches += 1
         renewed = _Held(fresh, now)
         self._held[identity] = renewed
-        self._issued_to[fresh.secret_id.get_secret_value()] = identity
+        with self._guard:  # the expired ones go: they sign nothing any more
+            self._issued_to = {
+                k: v for k, v in self._issued_to.items() if v[1] is None or v[1] > now
+            }
+            self._issued_to[fresh.secret_id.get_secret_value()] = (identity, fresh.expires)
         return renewed
 
 
