@@ -10,6 +10,7 @@ import pytest
 
 from spotpool.engine.leftovers.accounts import account_of, recorded_accounts, save_account
 from spotpool.engine.leftovers.holdings import backend_holdings
+from spotpool.engine.state.stack_state import cluster_in, tagged_for
 
 pytestmark = pytest.mark.unit
 SLOT = "tencentcloud:Instance/instance:Instance"
@@ -70,3 +71,39 @@ def test_accounts_are_recorded_by_where_their_keys_come_from_never_the_keys(
     save_account(backend, old)
     assert recorded_accounts(backend, keep=3600) == []  # expired, and removed
     assert not list((tmp_path / ".spotpool" / "accounts").iterdir())
+
+
+def _state(*tags: dict[str, str]) -> dict[str, object]:
+    return {
+        "resources": [
+            {"type": SLOT, "id": f"ins-{n}", "urn": f"urn:x::gpu-slot-{n}", "outputs": {"tags": t}}
+            for n, t in enumerate(tags)
+        ]
+    }
+
+
+def test_a_stack_whose_instances_lack_this_clusters_tag_is_not_taken_as_applied() -> None:
+    """The first start after the upgrade, or a rebuilt cluster: one `up` tags them."""
+    mine = {"spotpool-install": "i", "spotpool-cluster": "c-1"}
+    assert tagged_for(_state(mine, mine), "i", "c-1")
+    assert not tagged_for(_state(mine, {"spotpool-install": "i"}), "i", "c-1")
+    assert not tagged_for(_state({**mine, "spotpool-cluster": "old"}), "i", "c-1")
+    assert tagged_for(_state({"spotpool-install": "i"}), "i", None)  # by hand: no check
+    assert cluster_in(_state({"spotpool-install": "i"}, mine)) == "c-1"
+
+
+def test_the_fast_paths_launch_is_tagged_as_the_program_tags() -> None:
+    from spotpool.api.spec import SpotpoolSpec
+    from spotpool.api.stackconfig import PoolIdentity, StackConfig
+    from spotpool.engine.launches.fast_launch import run_instances_request
+
+    spec = {"region": "ap-singapore", "availabilityZone": "ap-singapore-2", "minimum": 1,
+            "maximum": 2, "instanceType": "GN7.2XLARGE32", "imageId": "img-1",
+            "credentialsSecretRef": {"name": "keys"}}  # fmt: skip
+    config = StackConfig.from_spec(
+        PoolIdentity(namespace="team-a", name="gpu", uid="u-1"), SpotpoolSpec.model_validate(spec)
+    )
+    body = run_instances_request(config, 0, "ops.x", None, None, None, "", "c-1")
+    (spec_tags,) = body["TagSpecification"]
+    tags = {t["Key"]: t["Value"] for t in spec_tags["Tags"]}
+    assert tags["spotpool-install"] == "ops.x" and tags["spotpool-cluster"] == "c-1"

@@ -104,6 +104,16 @@ def tagged_for(state: Mapping[str, Any], install_id: str, cluster_id: str | None
     return True
 
 
+def cluster_in(state: Mapping[str, Any]) -> str | None:
+    """The cluster tag the state's instances carry (the first one's), if any."""
+    for resource in state.get("resources") or []:
+        if resource.get("type") == SLOT_TYPE and resource.get("id"):
+            value = ((resource.get("outputs") or {}).get("tags") or {}).get(TAG_CLUSTER)
+            if value:
+                return str(value)
+    return None
+
+
 def applied_config_in(state: Mapping[str, Any]) -> StackConfig | None:
     """The config of the stack's last up (the program exports it)."""
     roots = [r for r in state.get("resources") or [] if r.get("type") == "pulumi:pulumi:Stack"]
