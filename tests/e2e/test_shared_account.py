@@ -7,7 +7,7 @@ logic on a real API server: a CRD version change under namespaced RBAC, and an A
 failing mid-pass, each counting as "every pool alive".
 
 One world for the module: cluster A (the session's) and cluster B (its own), both operators on
-one emulator with the same default install id and a 12 s orphan grace; B is later "lost" and
+one emulator with the same default install id and a 10 s orphan grace; B is later "lost" and
 rebuilt as cluster C over B's backend."""
 
 import json
@@ -32,7 +32,7 @@ from tests.e2e.conftest import ROOT, local_cluster, operator_world
 from tests.operator.world import OperatorWorld, pool_manifest
 
 pytestmark = pytest.mark.e2e
-GRACE = 12.0  # --orphan-grace: the sweep looks every 5 s
+GRACE = 10.0  # --orphan-grace: the sweep looks every 5 s
 ENV = {"SPOTPOOL_ORPHAN_GRACE": f"{GRACE:.0f}s", "SPOTPOOL_OPERATION_TIMEOUT": "90s"}
 INSTALL = f"default.{INSTALL_LEASE}"  # both clusters' default install id
 
@@ -188,6 +188,7 @@ def test_a_pool_recreated_under_a_new_uid_takes_its_stack_back(shared: Shared) -
 
     a.apply(ns, pool_manifest("web", replicas=2, paused=False))
     pool = a.wait_ready(ns, "web", 2)
+    shared.pools["a/web"] = (ns, new_uid, ids)
     assert _ids(pool) == ids  # the same instances
     assert _ever(a, "spotpool-pool-uid", new_uid) == dict.fromkeys(ids, "RUNNING")  # re-tagged
     assert _ever(a, "spotpool-pool", f"{ns}/web") == dict.fromkeys(ids, "RUNNING")  # 0 launched
