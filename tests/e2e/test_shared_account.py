@@ -2,9 +2,9 @@
 one cloud account (one emulator) never touch each other's instances while each still sweeps its
 own late leak; an instance a Retain deletion kept before this version is never swept; a pool
 re-created under a new uid, and a cluster rebuilt against the same backend, take their
-instances back (0 launched, 0 terminated); report mode terminates nothing. Then the listing
-logic on a real API server: a CRD version change under namespaced RBAC, and an API server
-failing mid-pass, each counting as "every pool alive".
+instances back (0 launched, 0 terminated); report mode (the rebuilt cluster's) terminates
+nothing. Then the listing logic on a real API server: a CRD version change under namespaced
+RBAC, and an API server failing mid-pass, each counting as "every pool alive".
 
 One world for the module: cluster A (the session's) and cluster B (its own), both operators on
 one emulator with the same default install id and a 10 s orphan grace; B is later "lost" and
@@ -45,11 +45,13 @@ class Shared:
     pools: dict[str, tuple[str, str, list[str]]] = field(default_factory=dict)  # name -> ns,uid,ids
     leak_seconds: dict[str, float] = field(default_factory=dict)
     before_version: tuple[str, str] = ("", "")  # (namespace, instance) a pre-upgrade Retain left
+    reported: str = ""  # cluster C's late leak, for its report-mode sweep
 
 
 @pytest.fixture(scope="module")
 def shared(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
     directory = tmp_path_factory.mktemp("shared-account")
+    (directory / "a").mkdir()
     with (
         operator_world(kube, directory / "a", env=ENV) as a,
         local_cluster(directory / "b-cluster") as kube_b,
@@ -198,14 +200,16 @@ def test_a_pool_recreated_under_a_new_uid_takes_its_stack_back(shared: Shared) -
 @pytest.fixture(scope="module")
 def rebuilt(shared: Shared) -> Iterator[OperatorWorld]:
     """Cluster B lost (its operator gone for good); cluster C built, the operator installed
-    with B's backend (a fresh work dir, as a new pod has)."""
+    with B's backend (a fresh work dir, as a new pod has), its sweep in report mode: whatever
+    it would terminate is an Event, so "0 terminated" is "0 reported" here."""
     shared.b.stop()
     with local_cluster(shared.directory / "c-cluster") as kube_c:
         kube_c.ok("apply", "-f", str(ROOT / CRD_PATH))
         kube_c.ok("wait", "--for=condition=Established", "crd/spotpools.devops.jokerbai.com")
         (shared.directory / "c").mkdir()
         backend = f"file://{shared.directory / 'b' / 'backend'}"
-        c = OperatorWorld(kube_c, shared.a.emulator, shared.directory / "c", env=ENV,
+        env = {**ENV, "SPOTPOOL_SWEEP": "report"}  # what would go is only reported here
+        c = OperatorWorld(kube_c, shared.a.emulator, shared.directory / "c", env=env,
                           backend_url=backend)  # fmt: skip
         try:
             c.start()
@@ -219,11 +223,13 @@ def test_a_cluster_rebuilt_against_the_same_backend_takes_its_pools_back(
 ) -> None:
     c = rebuilt
     ns, _, _ = shared.pools["b/web"]
+    cluster_c = cluster_uid(c.kube)
     c.kube.ok("create", "namespace", ns)  # the same manifests: namespaces, Secrets, pools
     c.kube.ok("-n", ns, "create", "secret", "generic", "tencentcloud",
               f"--from-literal=secretId={c.emulator.secret_id}",
               f"--from-literal=secretKey={c.emulator.secret_key}")  # fmt: skip
     c.namespaces.append(ns)
+    shared.reported = launch_tagged(c, ns, "gone", str(uuid.uuid4()), 0, INSTALL, cluster_c)[1]
     # A restore brings pools back in any order: one resumes at once, one waits (paused).
     c.apply(ns, pool_manifest("batch", replicas=1))
     c.apply(ns, pool_manifest("web", replicas=2, paused=True))
@@ -231,7 +237,6 @@ def test_a_cluster_rebuilt_against_the_same_backend_takes_its_pools_back(
     time.sleep(GRACE)
     _two_more_passes(c)
     c.apply(ns, pool_manifest("web", replicas=2, paused=False))
-    cluster_c = cluster_uid(c.kube)
     for name, count in (("batch", 1), ("web", 2)):
         ids = shared.pools[f"b/{name}"][2]
         pool = c.wait_ready(ns, name, count)
@@ -239,29 +244,32 @@ def test_a_cluster_rebuilt_against_the_same_backend_takes_its_pools_back(
         assert _ever(c, "spotpool-pool", f"{ns}/{name}") == dict.fromkeys(ids, "RUNNING")
         assert all(_tags(c, i)["spotpool-cluster"] == cluster_c for i in ids)  # re-tagged
         assert all(_tags(c, i)["spotpool-pool-uid"] == pool["metadata"]["uid"] for i in ids)
-    assert "terminated instance " not in c.log.read_text(errors="replace")  # 0 terminated
+    text = c.log.read_text(errors="replace")
+    assert "terminated instance " not in text  # 0 terminated
+    for name in ("web", "batch"):  # … and none would have been
+        assert not [m for _, r, m in c.events(ns, name) if r in ("OrphanFound", "OrphanSwept")]
+    # The old uid's instances: the old cluster's (its tag), and held by their stacks besides.
+    assert re.search(r"left instance \S+ of deleted pool \S+: made by another cluster", text)
 
 
 def test_report_mode_reports_a_leak_and_terminates_nothing(
     shared: Shared, rebuilt: OperatorWorld
 ) -> None:
-    c = rebuilt
+    """Cluster C's own late leak (launched when C was built, long past the grace now)."""
+    c, leak = rebuilt, shared.reported
     ns, _, _ = shared.pools["b/web"]
-    c.stop()
-    c.env["SPOTPOOL_SWEEP"] = "report"
-    c.start()
-    leak = launch_tagged(c, ns, "gone", str(uuid.uuid4()), 0, INSTALL, cluster_uid(c.kube))[1]
 
     def found() -> list[str]:
         return [m for _, r, m in c.events(ns, "gone") if r == "OrphanFound"]
 
-    (message,) = c.wait_until(found, "the OrphanFound Event", timeout=120)
+    (message,) = c.wait_until(found, "the OrphanFound Event", timeout=60)
     assert f"would terminate instance {leak}" in message
     reported = re.search(r"^spotpool_orphans_reported_total (\S+)$", c.metrics(), re.M)
     assert reported and float(reported.group(1)) == 1.0
     _two_more_passes(c)
     assert _ever(c, "spotpool-slot", "0")[leak] == "RUNNING"
     assert found() == [message]  # once, not every pass
+    assert "terminated instance " not in c.log.read_text(errors="replace")
     c.stop()  # the next test changes the CRD under it
 
 
@@ -348,7 +356,7 @@ def test_an_api_server_failing_mid_pass_terminates_nothing(shared: Shared) -> No
         assert run(sweep.sweep()) == []  # missing from one listing since the failure
         now[0] += timedelta(seconds=GRACE)
         assert [d.instance_id for d in run(sweep.sweep())] == [leak]
-        assert a.cloud(uid).get(live) == "RUNNING" and set(ids) <= set(a.cloud(uid))
+        assert live in a.cloud(uid) and set(ids) <= set(a.cloud(uid))  # a live pool's: never
     finally:
         proxy.close()
         for instance in (leak, live):
