@@ -38,15 +38,17 @@ def tagged(
     install: str | None = "prod",
     created: datetime | None = OLD,
     state: str = "RUNNING",
+    cluster: str | None = "c-1",
 ) -> Tagged:
     zone = zone or (CONFIG.zone_of(slot) if slot is not None else "ap-singapore-2")
-    return Tagged(instance_id, slot, state, type_, zone, install, created)
+    return Tagged(instance_id, slot, state, type_, zone, install, created, cluster=cluster)
 
 
 def situation(**changes: object) -> Situation:
     base: dict[str, object] = {
         "config": CONFIG, "owned": {0: "ins-owned0"}, "install_id": "prod",
         "may_terminate": True, "now": NOW, "min_age": timedelta(minutes=15), "cap": 3,
+        "cluster_id": "c-1",
     }  # fmt: skip
     base.update(changes)
     return Situation(**base)  # type: ignore[arg-type]
@@ -85,12 +87,33 @@ def test_wrong_zone_wrong_type_owned_slot_or_no_slot_are_terminated() -> None:
     assert len(found) == 5
 
 
-def test_another_installs_instances_are_left_alone_untagged_ones_are_ours() -> None:
+def test_only_this_clusters_and_installs_instances_are_adopted_or_terminated() -> None:
     found = decide(
-        situation(), [tagged("ins-b", 5, install="staging"), tagged("ins-c", 5, install=None)]
+        situation(),
+        [
+            tagged("ins-b", 5, install="staging"),
+            tagged("ins-c", 5, install=None),
+            tagged("ins-d", 5, cluster="c-2"),
+            tagged("ins-e", 1, cluster=None),  # made before the cluster tag: not even adopted
+            tagged("ins-f", 5),
+        ],
     )
-    assert actions(found) == {"ins-b": Action.LEAVE, "ins-c": Action.TERMINATE}
-    assert "another install" in found[0].reason
+    assert actions(found) == {
+        "ins-b": Action.LEAVE, "ins-c": Action.LEAVE, "ins-d": Action.LEAVE,
+        "ins-e": Action.LEAVE, "ins-f": Action.TERMINATE,
+    }  # fmt: skip
+    reasons = {d.instance_id: d.reason for d in found}
+    assert "another install" in reasons["ins-b"] and "unknown install" in reasons["ins-c"]
+    assert "another cluster (c-2)" in reasons["ins-d"]
+    assert "no spotpool-cluster tag" in reasons["ins-e"] and "never terminated" in reasons["ins-e"]
+    assert not any(d.ours for d in found if d.action is Action.LEAVE)  # deletion waits for none
+
+
+def test_run_by_hand_without_a_cluster_id_only_untagged_clusters_are_its_own() -> None:
+    found = decide(
+        situation(cluster_id=None), [tagged("ins-a", 5, cluster=None), tagged("ins-b", 5)]
+    )
+    assert actions(found) == {"ins-a": Action.TERMINATE, "ins-b": Action.LEAVE}
 
 
 def test_a_young_orphan_is_left_alone_even_if_adoptable() -> None:

@@ -71,9 +71,10 @@ def mocks(pulumi_event_loop: asyncio.AbstractEventLoop) -> CloudMocks:
     return mocks
 
 
-def run_program(config: StackConfig) -> pulumi.Output[Any]:
+def run_program(config: StackConfig, **engine_keys: str) -> pulumi.Output[Any]:
     pulumi.runtime.set_all_config(
         {k: v for k, v in config.to_pulumi_config().items() if k == CONFIG_KEY}
+        | {f"spotpool:{key}": value for key, value in engine_keys.items()}
     )
     sys.path.insert(0, str(PROGRAM))
     try:
@@ -107,6 +108,22 @@ def test_one_spot_instance_per_slot_spread_over_zones(mocks: CloudMocks) -> pulu
         assert instances[1]["publicIp"] == "43.0.0.1" and instances[1]["state"] == "RUNNING"
 
     return run_program(stack_config()).apply(check)
+
+
+@pulumi.runtime.test
+def test_every_instance_carries_the_install_and_the_cluster(
+    mocks: CloudMocks,
+) -> pulumi.Output[Any]:
+    def check(instances: list[dict[str, Any]]) -> None:
+        for name in ("gpu-slot-0", "gpu-slot-1", "gpu-slot-2"):
+            tags = mocks.instances[name]["tags"]
+            assert tags["spotpool-install"] == "ops.spotpool-operator"
+            assert tags["spotpool-cluster"] == "5d1c2b9e-kube-system-uid"
+
+    config = stack_config()
+    return run_program(
+        config, installId="ops.spotpool-operator", clusterId="5d1c2b9e-kube-system-uid"
+    ).apply(check)
 
 
 @pulumi.runtime.test

@@ -18,6 +18,7 @@ def main() -> SpotPool:
         config,
         login_password=settings.get_secret("loginPassword"),
         install=settings.get("installId"),
+        cluster=settings.get("clusterId") or None,
         user_data=settings.get_secret("userData"),
         notice_key=settings.get_secret("noticeKey"),
         notice_nonces=settings.get_object("noticeNonces") or {},

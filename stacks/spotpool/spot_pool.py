@@ -14,7 +14,7 @@ import tencentcloud_iac_pulumi as tencentcloud
 from spotpool.api import notices
 from spotpool.api.notices import NONCE_TAG, PREVIOUS_TAG, SURGE_SUFFIX
 from spotpool.api.spec import ChargeType
-from spotpool.api.stackconfig import TAG_INSTALL, StackConfig
+from spotpool.api.stackconfig import TAG_CLUSTER, TAG_INSTALL, StackConfig
 
 # What the cloud never reports back about an instance. An adopted instance keeps what it was
 # created with: setting these again would reset its password or, for hostname, reinstall it.
@@ -41,12 +41,16 @@ class SpotPool(pulumi.ComponentResource):
         surge: list[int] | None = None,
         promote: list[int] | None = None,
         keep_secret_inputs: list[str] | None = None,
+        cluster: str | None = None,
     ) -> None:
         super().__init__("spotpool:index:SpotPool", name, None, opts)
         self._name = name
         self._config = config
         self._password = login_password
         self._install = install  # tagged on every instance: only its install sweeps orphans
+        # Tagged beside the install: the cluster whose operator made it. An instance made
+        # before the tag existed gets it in place at its stack's next up (tags update in place).
+        self._cluster = cluster
         self._user_data = user_data  # a secret: never plain in state, exports or diffs
         self._notice_key = notice_key  # a secret: the pool's key for its slots' notice tokens
         # Each instance's generation ("3", "3-surge" -> nonce), drawn by the engine at its create.
@@ -109,8 +113,7 @@ class SpotPool(pulumi.ComponentResource):
             password=self._password,
             user_data_raw=self._user_data_of(slot, nonce, previous),
             tags={
-                **c.instance_tags(slot),
-                **({TAG_INSTALL: self._install} if self._install else {}),
+                **self._tags(slot),
                 **({NONCE_TAG: nonce} if nonce else {}),
                 **({PREVIOUS_TAG: previous} if previous else {}),
             },
@@ -163,8 +166,12 @@ class SpotPool(pulumi.ComponentResource):
         )
 
     def _tags(self, slot: int) -> dict[str, str]:
-        tags = self._config.instance_tags(slot)
-        return {**tags, TAG_INSTALL: self._install} if self._install else tags
+        """The pool's and the slot's tags, the install's and the cluster's."""
+        return {
+            **self._config.instance_tags(slot),
+            **({TAG_INSTALL: self._install} if self._install else {}),
+            **({TAG_CLUSTER: self._cluster} if self._cluster else {}),
+        }
 
     @staticmethod
     def _describe(slot: int, inst: tencentcloud.instance.Instance) -> pulumi.Output[Any]:

@@ -29,6 +29,11 @@ CRD_RULES = [
      "verbs": ["get", "list", "watch"]},
 ]  # fmt: skip
 NAMESPACE_RULES = [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}]
+# The cluster's identity (its uid is tagged on every instance): that one Namespace, read only.
+IDENTITY_RULES = [
+    {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"],
+     "verbs": ["get"]}
+]  # fmt: skip
 
 
 def _run_params(monkeypatch: pytest.MonkeyPatch, variables: dict[str, str]) -> dict[str, Any]:
@@ -45,7 +50,8 @@ def test_all_namespaces_get_one_cluster_role_and_nothing_namespaced() -> None:
     found = by_identity(objects())
     prefix = "spotpool-operator-spotpool-system"
     assert found[f"ClusterRole/{prefix}-pools"]["rules"] == POOL_RULES
-    assert found[f"ClusterRole/{prefix}-scan"]["rules"] == CRD_RULES  # no namespaces
+    # no namespaces but kube-system's own
+    assert found[f"ClusterRole/{prefix}-scan"]["rules"] == CRD_RULES + IDENTITY_RULES
     for role in ("pools", "scan"):
         binding = found[f"ClusterRoleBinding/{prefix}-{role}"]
         assert binding["roleRef"] == {
@@ -70,7 +76,9 @@ def test_watched_namespaces_each_get_a_role_and_no_cluster_wide_pool_rights() ->
         assert binding["subjects"][0]["namespace"] == "spotpool-system"
     cluster_roles = [o for o in found.values() if o["kind"] == "ClusterRole"]
     # kopf matches its namespace patterns against the listed namespaces (read-only).
-    assert [role["rules"] for role in cluster_roles] == [CRD_RULES + NAMESPACE_RULES]
+    assert [role["rules"] for role in cluster_roles] == [
+        CRD_RULES + IDENTITY_RULES + NAMESPACE_RULES
+    ]
     assert "Role/spotpool-system/spotpool-operator" not in found  # its own ns is not watched
     variables = env(list(found.values()))
     assert variables["SPOTPOOL_NAMESPACE"] == "team-a,team-b"
@@ -121,6 +129,8 @@ def test_no_rule_grants_wildcards_deletes_pods_nodes_leases_or_peering() -> None
                     {"create"} if rule["resources"] == ["events"] else set()
                 )  # fmt: skip
                 assert not {"pods", "nodes", "leases", "configmaps"} & set(rule["resources"])
+                if rule in IDENTITY_RULES:
+                    continue  # get of the kube-system Namespace alone: the cluster's identity
                 if "namespaces" in rule["resources"]:
                     assert values and rule["verbs"] == ["list", "watch"]
                 assert not {"kopf.dev", "coordination.k8s.io"} & set(rule["apiGroups"])
@@ -335,3 +345,13 @@ def test_the_listeners_bind_the_addresses_the_values_give() -> None:
                              "health": {"bindAddress": "127.0.0.1"}}))  # fmt: skip
     assert variables["SPOTPOOL_METRICS_HOST"] == "10.0.0.5"
     assert variables["SPOTPOOL_LIVENESS_HOST"] == "127.0.0.1"
+
+
+def test_an_explicit_cluster_id_needs_no_namespace_read_and_reaches_the_operator() -> None:
+    found = by_identity(objects({"clusterId": "prod-eu-1", "sweep": "report"}))
+    prefix = "spotpool-operator-spotpool-system"
+    assert found[f"ClusterRole/{prefix}-scan"]["rules"] == CRD_RULES
+    variables = env(list(found.values()))
+    assert variables["SPOTPOOL_CLUSTER_ID"] == "prod-eu-1"
+    assert variables["SPOTPOOL_SWEEP"] == "report"
+    assert "SPOTPOOL_SWEEP" not in env(objects())  # the default, terminate, says nothing

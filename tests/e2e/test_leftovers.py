@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 
 from spotpool.localworld.kube import Kube
-from tests.e2e._support.operator_runs import INSTALL_LEASE, launch_tagged
+from tests.e2e._support.operator_runs import INSTALL_LEASE, cluster_uid, launch_tagged
 from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, pool_manifest
 
 pytestmark = pytest.mark.e2e
 GRACE = 20.0  # --orphan-grace here: the sweep looks every 6.7 s
+INSTALL = f"default.{INSTALL_LEASE}"
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,7 @@ def test_a_deleted_pools_late_instance_is_swept_and_another_installs_is_not(
     _delete(world, ns, "late")
     swept_before = _swept_total(world)
     # A replica that stalled before its RunInstances sends it now: the pool is gone.
-    stray = _launch(world, ns, "late", uid, install=f"default.{INSTALL_LEASE}")
+    stray = launch_tagged(world, ns, "late", uid, 0, INSTALL, cluster_uid(world.kube))[1]
     theirs = _launch(world, ns, "late", uid, install="another-install")
     untagged = _launch(world, ns, "late", uid, install=None)
 

@@ -397,3 +397,44 @@ def _environ(process: psutil.Process) -> str:
         return " ".join(f"{k}={v}" for k, v in process.environ().items())
     except psutil.Error:
         return ""
+
+
+def _cluster_tags(world: EngineWorld, stack: PoolStack) -> set[str | None]:
+    found = world.cloud_instances(stack)
+    return {
+        next((t["Value"] for t in item.get("Tags") or [] if t["Key"] == "spotpool-cluster"), None)
+        for item in world.emulator.all_instances()
+        if item["InstanceId"] in found
+    }
+
+
+def test_a_stack_taken_over_by_another_cluster_is_retagged_in_place(world: EngineWorld) -> None:
+    """A rebuilt cluster (or the first start after the upgrade): the stack's instances carry
+    another cluster's tag (or none), so its applied config is not taken as applied; the next up
+    tags them with this cluster, in place: no instance launched or replaced. An orphan of the
+    old cluster in a free slot is not this cluster's to adopt."""
+    world.settings.cluster_id = "c-old"
+    stack = world.pool()
+    first = _ids_by_slot(stack.up(world.config(stack, 2)).instances)
+    assert _cluster_tags(world, stack) == {"c-old"}
+    assert stack.applied_config() is not None
+    world.unrecord(stack, 1)  # a killed run's create, made under the old cluster
+
+    world.settings.cluster_id = "c-new"
+    assert stack.applied_config() is None  # made under another cluster: an up is due
+    served = len(world.emulator.actions())
+    result = stack.up(world.config(stack, 2))
+
+    ids = _ids_by_slot(result.instances)
+    assert ids[0] == first[0] and ids[1] != first[1]  # slot 1's orphan was not adopted
+    assert any(first[1] in note and "another cluster (c-old)" in note for note in result.recovered)
+    assert first[1] in world.cloud_instances(stack)  # nor terminated: the old cluster's
+    tags = {
+        i["InstanceId"]: {t["Key"]: t["Value"] for t in i.get("Tags") or []}
+        for i in world.emulator.all_instances()
+    }
+    assert tags[first[0]]["spotpool-cluster"] == "c-new"  # re-tagged in place
+    assert tags[ids[1]]["spotpool-cluster"] == "c-new"
+    after = world.emulator.actions()[served:]
+    assert after.count("cvm.RunInstances") == 1  # slot 1 only; slot 0 kept its instance
+    assert stack.applied_config() is not None

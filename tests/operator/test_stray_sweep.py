@@ -1,15 +1,20 @@
 """The sweep of deleted pools' instances (strays.py) over fakes: it lists the fleet before the
-pools, terminates only what the decision says, posts an Event on the deleted pool and counts."""
+pools, asks the backend before any termination, terminates only what the decision says (fenced
+right before the send), posts an Event on the deleted pool and counts; one account's failure is
+its own, one cap bounds a pass, report mode terminates nothing, recorded accounts come back."""
 
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
 import kubernetes
 import pytest
 from pydantic import SecretStr
-from spotpool_operator.cloud.strays import StraySweep
+from spotpool_operator.cloud.strays import Backend, StraySweep
 from spotpool_operator.reporting.kube import KubeCluster
 
+from spotpool.engine.leftovers.accounts import AccountRecord
+from spotpool.engine.leftovers.holdings import Holdings
 from spotpool.engine.tencent.cloud import FleetInstance
 from spotpool.engine.tencent.credentials import Credentials
 from tests.operator.fakes import RecordedEvents, run
@@ -18,6 +23,8 @@ pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 11, 27, 8, 0, tzinfo=UTC)
 KEYS = Credentials(secret_id=SecretStr("AKID-a"), secret_key=SecretStr("key-a"))
+KEYS_B = Credentials(secret_id=SecretStr("AKID-b"), secret_key=SecretStr("key-b"))
+GRACE = 900
 
 
 def instance(instance_id: str, uid: str, age: float = 3600, **extra: object) -> FleetInstance:
@@ -25,6 +32,7 @@ def instance(instance_id: str, uid: str, age: float = 3600, **extra: object) -> 
         {
             "instance_id": instance_id, "slot": 0, "state": "RUNNING",
             "instance_type": "GN7.2XLARGE32", "zone": "ap-singapore-2", "install": "prod",
+            "cluster": "c-1",
             "created": NOW - timedelta(seconds=age), "pool_uid": uid, "pool": f"team-a/{uid}",
             **extra,
         }
@@ -32,60 +40,171 @@ def instance(instance_id: str, uid: str, age: float = 3600, **extra: object) -> 
 
 
 class World:
-    def __init__(self, fleet: list[FleetInstance], pools: set[str], served: set[str]) -> None:
+    def __init__(
+        self, fleet: list[FleetInstance], pools: set[str] | None, served: set[str]
+    ) -> None:
         self.fleet, self.pools, self.served = fleet, pools, served
+        self.fleets: dict[str, list[FleetInstance]] = {}  # per SecretId, when set
         self.calls: list[str] = []
         self.terminated: list[str] = []
         self.counted = 0
+        self.reported = 0
         self.candidates: dict[str, str | None] = {}
         self.events = RecordedEvents()
+        self.now = NOW
+        self.held: frozenset[str] | None = frozenset()
+        self.saved: list[AccountRecord] = []
+        self.records: list[AccountRecord] = []
+        self.fence_ok = True
 
-    def sweep(self) -> StraySweep:
+    def sweep(self, mode: str = "terminate", cap: int = 100) -> StraySweep:
         def lister(credentials: Credentials, region: str) -> list[FleetInstance]:
             self.calls.append("instances")
-            return self.fleet
+            secret = credentials.secret_id.get_secret_value()
+            if secret == "AKID-broken":
+                raise RuntimeError("AuthFailure")
+            listed = self.fleets.get(secret, self.fleet)
+            return [i for i in listed if i.instance_id not in self.terminated]
 
-        def pool_uids(candidates: Mapping[str, str | None]) -> set[str]:
+        def pool_uids(candidates: Mapping[str, str | None]) -> set[str] | None:
             self.calls.append("pools")
             self.candidates = dict(candidates)
             return self.pools
 
-        def terminate(credentials: Credentials, region: str, ids: list[str]) -> None:
+        def terminate(
+            credentials: Credentials, region: str, ids: list[str], check: Callable[[], None]
+        ) -> None:
+            if not self.fence_ok:
+                self.served.clear()  # the shard moved while the pass ran
+            check()
             self.terminated += ids
+
+        def holdings() -> Holdings | None:
+            self.calls.append("backend")
+            return None if self.held is None else Holdings(self.held, frozenset(), 1)
 
         def count(n: int) -> None:
             self.counted += n
 
+        def reported(n: int) -> None:
+            self.reported += n
+
+        backend = Backend(holdings, self.saved.append, lambda keep: self.records)
         sweep = StraySweep(
             lister, terminate, pool_uids, self.served.__contains__, self.events, "prod",
-            grace=900, on_swept=count, clock=lambda: NOW,
+            grace=GRACE, backend=backend, cluster_id="c-1", mode=mode,
+            resolve=lambda record: KEYS_B, on_swept=count, on_reported=reported, cap=cap,
+            clock=lambda: self.now,
         )  # fmt: skip
         sweep.remember(KEYS, "ap-singapore")
         return sweep
 
+    def two_passes(self, sweep: StraySweep) -> list[str]:
+        """A pass, and one a grace later: what the second terminated (or reported)."""
+        run(sweep.sweep())
+        self.now += timedelta(seconds=GRACE)
+        return [d.instance_id for d in run(sweep.sweep())]
 
-def test_a_deleted_pools_old_instance_goes_with_an_event_and_a_count() -> None:
+
+def test_a_deleted_pools_instance_goes_after_two_listings_with_an_event_and_a_count() -> None:
     world = World(
         [
             instance("i-stray", "gone"),
-            instance("i-young", "gone", age=60),
+            instance("i-young", "gone", age=5),  # its age does not matter, its pool's absence does
             instance("i-live", "live"),
             instance("i-theirs", "gone", install="staging"),
+            instance("i-other-cluster", "gone", cluster="c-2"),
+            instance("i-untagged", "gone", cluster=None),
             instance("i-kept", "gone", retained=True),
             instance("i-other-shard", "elsewhere"),
         ],
         pools={"live"},
         served={"gone", "live"},
     )
-    swept = run(world.sweep().sweep())
-    assert [d.instance_id for d in swept] == ["i-stray"]
-    assert world.terminated == ["i-stray"]
-    assert world.counted == 1
+    sweep = world.sweep()
+    assert run(sweep.sweep()) == [] and world.terminated == []  # one listing lacked it
     assert world.calls == ["instances", "pools"]  # a pool made after the listing is not missed
+    world.now += timedelta(seconds=GRACE)
+    swept = run(sweep.sweep())
+    assert sorted(d.instance_id for d in swept) == ["i-stray", "i-young"]
+    assert sorted(world.terminated) == ["i-stray", "i-young"]
+    assert world.counted == 2
+    assert world.calls[-3:] == ["instances", "pools", "backend"]  # the backend before any
     # asked about: the served pools with an instance of this install (no other install's)
     assert world.candidates == {"gone": "team-a/gone", "live": "team-a/live"}
+    assert {e[:2] for e in world.events.posted} == {("Warning", "OrphanSwept")}
+
+
+def test_what_a_stack_holds_is_not_swept_and_an_unreadable_backend_stops_all() -> None:
+    world = World([instance("i-held", "gone"), instance("i-leak", "gone")], set(), {"gone"})
+    world.held = frozenset({"i-held"})
+    assert world.two_passes(world.sweep()) == ["i-leak"]
+    world = World([instance("i-leak", "gone")], set(), {"gone"})
+    world.held = None
+    assert world.two_passes(world.sweep()) == [] and world.terminated == []
+
+
+def test_a_failed_listing_of_the_pools_starts_the_clock_again() -> None:
+    world = World([instance("i-1", "gone")], set(), {"gone"})
+    sweep = world.sweep()
+    run(sweep.sweep())
+    world.pools = None  # the API server failed mid-pass: every pool counts as alive
+    world.now += timedelta(seconds=GRACE)
+    assert run(sweep.sweep()) == []
+    world.pools = set()
+    world.now += timedelta(seconds=GRACE / 3)
+    assert run(sweep.sweep()) == []  # missing from one listing again, not two a grace apart
+    world.now += timedelta(seconds=GRACE)
+    assert [d.instance_id for d in run(sweep.sweep())] == ["i-1"]
+
+
+def test_the_fence_is_checked_right_before_the_send() -> None:
+    world = World([instance("i-1", "gone")], set(), {"gone"})
+    world.fence_ok = False
+    assert world.two_passes(world.sweep()) == [] and world.terminated == []
+    assert world.counted == 0 and world.events.posted == []
+
+
+def test_one_accounts_failure_is_its_own_and_the_cap_is_one_per_pass() -> None:
+    world = World([], set(), {"a", "b"})
+    world.fleets = {
+        "AKID-a": [instance("i-a1", "a"), instance("i-a2", "a")],
+        "AKID-b": [instance("i-b1", "b"), instance("i-b2", "b")],
+    }
+    sweep = world.sweep(cap=3)
+    broken = Credentials(secret_id=SecretStr("AKID-broken"), secret_key=SecretStr("x"))
+    sweep.remember(broken, "ap-singapore")  # sorted first of the three
+    sweep.remember(KEYS_B, "ap-singapore")
+    assert len(world.two_passes(sweep)) == 3  # the broken account did not stop the others
+    assert len(world.terminated) == 3
+    assert len([d.instance_id for d in run(sweep.sweep())]) == 1  # the next pass: the rest
+
+
+def test_report_mode_posts_an_event_and_counts_once_terminates_nothing() -> None:
+    world = World([instance("i-1", "gone")], set(), {"gone"})
+    sweep = world.sweep(mode="report")
+    assert world.two_passes(sweep) == ["i-1"]
+    run(sweep.sweep())
+    assert world.terminated == [] and world.counted == 0
+    assert world.reported == 1
     (event,) = world.events.posted
-    assert event[:2] == ("Warning", "OrphanSwept") and "i-stray" in event[2]
+    assert event[:2] == ("Warning", "OrphanFound") and "would terminate instance i-1" in event[2]
+
+
+def test_accounts_recorded_in_the_backend_are_swept_after_a_restart() -> None:
+    world = World([], set(), {"gone"})
+    world.fleets = {"AKID-b": [instance("i-1", "gone")]}
+    sweep = world.sweep()
+    record = AccountRecord(
+        namespace="team-a", region="ap-singapore", seen=1e10,
+        source={"credentialsSecretRef": {"name": "keys"}},
+    )  # fmt: skip
+    sweep.remember(KEYS, "ap-singapore", record)
+    assert world.saved == [record]  # written for the next start
+    world.records = [record]
+    restarted = world.sweep()  # no live pool uses the key pair: only the record names it
+    restarted.accounts.clear()
+    assert world.two_passes(restarted) == ["i-1"]
 
 
 def test_nothing_listed_nothing_asked_of_the_cluster() -> None:
@@ -119,9 +238,19 @@ class _NoClusterList:
     ) -> dict[str, object]:
         if namespace == "elsewhere":
             raise kubernetes.client.ApiException(status=403)
+        if namespace == "unserved":  # the version is not served (a CRD version change)
+            raise kubernetes.client.ApiException(status=404, reason="Not Found")
         uid = self.pools.get((namespace, name))
         if uid is None:
-            raise kubernetes.client.ApiException(status=404)
+            error = kubernetes.client.ApiException(status=404)
+            error.body = json.dumps(
+                {
+                    "kind": "Status",
+                    "reason": "NotFound",
+                    "details": {"name": name, "kind": "spotpools"},
+                }
+            )
+            raise error
         return {"metadata": {"uid": uid}}
 
 
@@ -138,3 +267,20 @@ def test_without_a_cluster_wide_list_each_candidate_is_read_and_unknowns_count_a
         }
     )
     assert alive == {"u-live", "u-unreadable", "u-untagged"}
+
+
+def test_a_404_for_the_resource_type_makes_the_listing_partial() -> None:
+    cluster = KubeCluster.__new__(KubeCluster)
+    cluster._custom = _NoClusterList({})  # type: ignore[assignment]
+    assert cluster.pool_uids({"u-gone": "team-a/gone", "u-x": "unserved/p"}) is None
+
+
+class _Failing:
+    def list_cluster_custom_object(self, *args: object, **kwargs: object) -> object:
+        raise kubernetes.client.ApiException(status=503)
+
+
+def test_a_failed_cluster_wide_list_counts_as_everything_alive() -> None:
+    cluster = KubeCluster.__new__(KubeCluster)
+    cluster._custom = _Failing()  # type: ignore[assignment]
+    assert cluster.pool_uids({"u-1": "team-a/p"}) is None

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pydantic import SecretStr
 
 from spotpool.api.spec import SpotpoolSpec
+from spotpool.engine.leftovers.accounts import AccountRecord
 from spotpool.engine.tencent.credentials import Credentials
 from spotpool.engine.tencent.identities import CREDENTIALS, CredentialCache, WebIdentity
 from spotpool.engine.tencent.sts import StsError
@@ -164,3 +165,16 @@ def login_password(cluster: Cluster, namespace: str, spec: SpotpoolSpec) -> str 
             "SecretKeyMissing", f"Secret {namespace}/{ref.name} has no (or an empty) {ref.key}"
         )
     return _text(data[ref.key])
+
+
+# A spec whose only part that matters is where its credentials come from (credentials_of).
+_SPEC_SHELL = {"region": "-", "instanceType": "-", "minimum": 0, "maximum": 1, "imageId": "-"}
+
+
+def credentials_of(
+    cluster: Cluster, record: AccountRecord, endpoint: str | None = None
+) -> Credentials:
+    """The credentials a recorded account (engine/leftovers/accounts.py) names, resolved as its
+    pool's were: its Secret read again, its role assumed again."""
+    spec = SpotpoolSpec.model_validate({**_SPEC_SHELL, "region": record.region, **record.source})
+    return resolve(cluster, record.namespace, spec, endpoint)

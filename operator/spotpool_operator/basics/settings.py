@@ -1,5 +1,7 @@
 """What one operator process is told: namespaces, backend and cloud, how much work at once."""
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from spotpool.engine.basics.settings import EngineSettings
@@ -71,6 +73,12 @@ class OperatorSettings(BaseModel):
         description="Launch a reclaimed slot's next instance through the cloud API at once, "
         "before its Pulumi run (which adopts it): a storm goes at the account's RunInstances "
         "rate, not one Pulumi run per pool.",
+    )
+    sweep: Literal["terminate", "report", "off"] = Field(
+        "terminate",
+        description="The sweep of instances whose pool is gone: terminate them (proven this "
+        "cluster's and install's, held by no stack, their pool missing for the orphan grace), "
+        "report them only (Event OrphanFound, spotpool_orphans_reported_total), or off.",
     )
     backoff_base: float = Field(10.0, gt=0, description="First retry delay after a failure.")
     backoff_max: float = Field(300.0, gt=0, description="Longest retry delay after failures.")

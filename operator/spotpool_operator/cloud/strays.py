@@ -1,14 +1,21 @@
-"""The last net against leaks: instances of this install tagged for a pool that no longer
-exists (a late fast-path launch for a deleted pool, a destroy that could not finish, a replica
-that wrote after its shard moved) are terminated once they are older than the orphan grace.
+"""The last net against leaks: instances of this install and this cluster tagged for a pool that
+no longer exists (a late fast-path launch for a deleted pool, a destroy that could not finish, a
+replica that wrote after its shard moved) are terminated once their pool has been missing for
+the orphan grace — and only when the state backend proves no stack holds them.
 
-Every (key pair, region) a pool of this replica used is remembered (for as long as the grace
-and a day: a deleted pool's late instance still needs its key pair) and swept every
-`interval`: the fleet is listed first, the Spotpools of the cluster after it (a pool exists
-before anything is created for it, so a uid missing from the later listing is a deleted pool's),
-then one pure decision (engine/leftovers/orphans.py `decide_strays`) says what goes: only this
-install's, only old enough, only the pools of the shards this replica holds, at most `cap` a pass.
-Each termination is an Event (on the deleted pool's name, in its namespace), a log line and
+Every (key pair, region) a pool of this replica used is remembered, in memory and in the state
+backend (engine/leftovers/accounts.py: found again after a restart, for as long as the grace and
+a day), and swept every `interval`: the fleet is listed first, the Spotpools of the cluster after
+it (a pool exists before anything is created for it, so a uid missing from the later listing is
+a deleted pool's — once two listings a grace apart both lack it). Then one pure decision
+(engine/leftovers/stray_rules.py `decide_strays`) says what goes; before anything goes, every
+stack of the backend and the Retain records are read (engine/leftovers/holdings.py). Each
+account is swept on its own (one failing does not stop the others); one cap bounds a whole
+pass; each termination is checked against the pool's shard Lease right before it is sent.
+
+`--sweep terminate` (the default) terminates; `report` posts the Event `OrphanFound` and counts
+`spotpool_orphans_reported_total` instead; `off` runs no sweep. Each termination is an Event
+`OrphanSwept` (on the deleted pool's name, in its namespace), a log line and
 `spotpool_orphans_swept_total`.
 """
 
@@ -16,30 +23,51 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from spotpool.api.spec import GROUP, VERSION
-from spotpool.engine.leftovers.orphans import Action, Decision, Fleet, Tagged, decide_strays
+from spotpool.engine.leftovers.accounts import AccountRecord
+from spotpool.engine.leftovers.holdings import Holdings
+from spotpool.engine.leftovers.orphans import Action, Decision, Tagged
+from spotpool.engine.leftovers.stray_rules import Fleet, Missing, decide_strays, would_go
 from spotpool.engine.tencent.cloud import FleetInstance
 from spotpool.engine.tencent.credentials import Credentials
 from spotpool_operator.reporting.events import Events
 
 log = logging.getLogger("spotpool_operator.strays")
 KEEP_ACCOUNT = 86400.0  # seconds a key pair is swept after its last pool here, beyond the grace
+SAVE_EVERY = 3600.0  # seconds between two writes of one account's record
 
 FleetLister = Callable[[Credentials, str], list[FleetInstance]]
-Terminator = Callable[[Credentials, str, list[str]], None]
-# Which of these pool uids (uid -> "namespace/name") are a Spotpool's now (kube.py)
-PoolUids = Callable[[Mapping[str, str | None]], set[str]]
+# (credentials, region, instance ids, fence checked right before the send)
+Terminator = Callable[[Credentials, str, list[str], Callable[[], None]], None]
+# Which of these pool uids (uid -> "namespace/name") are a Spotpool's now (kube.py); None: the
+# listing failed or was partial, so every pool counts as alive.
+PoolUids = Callable[[Mapping[str, str | None]], set[str] | None]
+
+
+class NotServed(Exception):
+    """The pool's shard is no longer this replica's: the termination is not sent."""
+
+
+@dataclass
+class Backend:
+    """What the sweep asks of the state backend (engine/leftovers): what it holds, and the
+    accounts to sweep recorded there."""
+
+    holdings: Callable[[], Holdings | None]
+    save_account: Callable[[AccountRecord], None] = lambda record: None
+    recorded_accounts: Callable[[float], list[AccountRecord]] = lambda keep: []
 
 
 @dataclass
 class _Account:
     credentials: Credentials
     region: str
-    seen: float  # monotonic: the last time a pool of this replica used it
+    seen: float  # epoch: the last time a pool used it
+    label: str  # for logs: the namespace and Secret, or the identity, never a key
 
 
 class StraySweep:
@@ -52,29 +80,48 @@ class StraySweep:
         events: Events,
         install_id: str,
         grace: float,
-        kept: Callable[[], set[str]] = set,
+        backend: Backend,
+        cluster_id: str | None = None,
+        mode: str = "terminate",
+        resolve: Callable[[AccountRecord], Credentials] | None = None,
         on_swept: Callable[[int], None] = lambda count: None,
+        on_reported: Callable[[int], None] = lambda count: None,
         cap: int = 100,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.lister, self.terminate, self.pool_uids = lister, terminate, pool_uids
-        self.kept = kept  # uids of the pools deleted with Retain (the backend's record)
-        self.serves, self.events, self.on_swept = serves, events, on_swept
-        self.install_id, self.grace, self.cap, self.clock = install_id, grace, cap, clock
-        self.accounts: dict[tuple[str, str, str], _Account] = {}
+        self.serves, self.events, self.backend = serves, events, backend
+        self.on_swept, self.on_reported, self.resolve = on_swept, on_reported, resolve
+        self.install_id, self.cluster_id, self.mode = install_id, cluster_id, mode
+        self.grace, self.cap, self.clock = grace, cap, clock
+        self.accounts: dict[tuple[str, str], _Account] = {}
+        self.missing = Missing()
         self.swept = 0  # terminated, in all
         self.passes = 0
         self._told: set[tuple[str, str]] = set()  # (instance, reason) left and said so
+        self._saved: dict[str, float] = {}  # record key -> when this process last wrote it
+        self._recorded: set[str] = set()  # record keys found in the backend and resolved
 
     @property
     def interval(self) -> float:
         """A third of the grace (a stray lives at most about 4/3 of it), between 5 s and 5 min."""
         return min(300.0, max(5.0, self.grace / 3))
 
-    def remember(self, credentials: Credentials, region: str) -> None:
-        """A pool of this replica uses this key pair and region: sweep it from now on."""
-        key = (credentials.identity_key(), "", region)  # temporary keys renew; this stays
-        self.accounts[key] = _Account(credentials, region, time.monotonic())
+    def remember(
+        self, credentials: Credentials, region: str, record: AccountRecord | None = None
+    ) -> None:
+        """A pool of this replica uses this key pair and region: sweep it from now on (and,
+        with its `record`, after a restart too)."""
+        key = (credentials.identity_key(), region)  # temporary keys renew; this stays
+        label = _label(record) if record else "a pool's inline keys"
+        self.accounts[key] = _Account(credentials, region, time.time(), label)
+        if record is not None and time.time() - self._saved.get(record.key, 0.0) > SAVE_EVERY:
+            self._saved[record.key] = time.time()
+            try:
+                self.backend.save_account(record)
+            except Exception as error:  # the next remember tries again
+                self._saved.pop(record.key, None)
+                log.info("account record not written: %s", _code(error))
 
     async def run(self) -> None:
         """Sweep every `interval` until cancelled; a failed pass is logged and retried."""
@@ -86,76 +133,157 @@ class StraySweep:
                 log.warning("sweep of deleted pools' instances failed: %s", _code(error))
 
     async def sweep(self) -> list[Decision]:
-        """One pass over every remembered key pair and region; what was terminated."""
-        forget_before = time.monotonic() - self.grace - KEEP_ACCOUNT
-        for key in [k for k, a in self.accounts.items() if a.seen < forget_before]:
+        """One pass over every remembered key pair and region: what was terminated (or, in
+        report mode, reported). One account's failure is its own."""
+        keep = self.grace + KEEP_ACCOUNT
+        await self._find_recorded(keep)
+        for key in [k for k, a in self.accounts.items() if a.seen < time.time() - keep]:
             del self.accounts[key]
-        terminated: list[Decision] = []
+        done: list[Decision] = []
+        listed: set[str] = set()
         for account in list(self.accounts.values()):
-            terminated += await self._sweep(account)
+            try:
+                done += await self._sweep(account, self.cap - len(done), listed)
+            except Exception as error:
+                log.warning("sweep of %s in %s failed: %s", account.label, account.region,
+                            _code(error))  # fmt: skip
+                listed |= set(self.missing.since)  # its clocks run on
+        self.missing.forget(listed)
         self.passes += 1
         log.debug(
-            "stray sweep %d: %d key pair(s) and region(s), %d terminated",
-            self.passes, len(self.accounts), len(terminated),
+            "stray sweep %d: %d key pair(s) and region(s), %d %s",
+            self.passes, len(self.accounts), len(done),
+            "reported" if self.mode == "report" else "terminated",
         )  # fmt: skip
-        return terminated
+        return done
 
-    async def _sweep(self, account: _Account) -> list[Decision]:
+    async def _find_recorded(self, keep: float) -> None:
+        """The accounts recorded in the backend (a restart forgot them): resolved once each."""
+        if self.resolve is None:
+            return
+        try:
+            records = await asyncio.to_thread(self.backend.recorded_accounts, keep)
+        except Exception as error:
+            log.info("recorded accounts not read: %s", _code(error))
+            return
+        for record in records:
+            if record.key in self._recorded:
+                continue
+            try:
+                credentials = await asyncio.to_thread(self.resolve, record)
+            except Exception as error:  # its Secret gone, say: tried again next pass
+                log.info("recorded account %s not usable: %s", _label(record), _code(error))
+                continue
+            self._recorded.add(record.key)
+            key = (credentials.identity_key(), record.region)
+            if key not in self.accounts:
+                self.accounts[key] = _Account(credentials, record.region, record.seen,
+                                              _label(record))  # fmt: skip
+
+    async def _sweep(self, account: _Account, budget: int, listed: set[str]) -> list[Decision]:
         found = await asyncio.to_thread(self.lister, account.credentials, account.region)
-        if not found:
-            return []
         candidates = {  # a served pool's instance of this install: its pool may be gone
             item.pool_uid: item.pool
             for item in found
             if item.install == self.install_id and item.pool_uid and self.serves(item.pool_uid)
         }
-        pools = await asyncio.to_thread(self.pool_uids, candidates)  # after the instances
-        kept = await asyncio.to_thread(self.kept)
+        if not candidates:
+            return []
+        alive = await asyncio.to_thread(self.pool_uids, candidates)  # after the instances
+        now = self.clock()
+        self.missing.observe(candidates, alive, now)
+        listed |= set(candidates)
         tagged: dict[str, list[Tagged]] = {}
         for item in found:
             tagged.setdefault(item.pool_uid, []).append(_tagged(item))
         fleet = Fleet(
             install_id=self.install_id,
-            pools=frozenset(pools),
-            kept=frozenset(kept),
+            cluster_id=self.cluster_id,
+            missing={u: t for u, t in self.missing.since.items() if u in candidates},
+            gone=self.missing.gone(now, timedelta(seconds=self.grace)),
             serves=self.serves,
-            now=self.clock(),
-            min_age=timedelta(seconds=self.grace),
-            cap=self.cap,
+            cap=max(0, budget),
+            terminate=self.mode == "terminate",
         )
+        if would_go(fleet, tagged):  # the backend decides what is held: read it only then
+            holdings = await asyncio.to_thread(self.backend.holdings)
+            fleet = replace(
+                fleet,
+                held=holdings.instances if holdings else None,
+                kept=holdings.kept if holdings else frozenset(),
+            )
         decisions = decide_strays(fleet, tagged)
         for left in (d for d in decisions if d.action is Action.LEAVE):
             if (left.instance_id, left.reason) not in self._told:  # once, not every pass
                 self._told.add((left.instance_id, left.reason))
                 log.info("left instance %s of deleted pool %s: %s",
                          left.instance_id, left.pool_uid, left.reason)  # fmt: skip
-        going = [d for d in decisions if d.action is Action.TERMINATE]
-        if not going:
-            return []
-        ids = [d.instance_id for d in going]
-        await asyncio.to_thread(self.terminate, account.credentials, account.region, ids)
-        self.swept += len(going)
-        self.on_swept(len(going))
         names = {item.instance_id: item.pool for item in found}
-        for decision in going:
+        reported = [d for d in decisions if d.action is Action.REPORT]
+        fresh = [d for d in reported if (d.instance_id, "report") not in self._told]
+        for decision in fresh:
+            self._told.add((decision.instance_id, "report"))
             await asyncio.to_thread(self._report, decision, names.get(decision.instance_id))
-        return going
+        if fresh:
+            self.on_reported(len(fresh))
+        going = [d for d in decisions if d.action is Action.TERMINATE]
+        sent: list[Decision] = []
+        for uid in sorted({d.pool_uid for d in going}):
+            batch = [d for d in going if d.pool_uid == uid]
+            try:
+                await asyncio.to_thread(
+                    self.terminate, account.credentials, account.region,
+                    [d.instance_id for d in batch], self._fence(uid),
+                )  # fmt: skip
+            except NotServed as error:
+                log.info("%s", error)
+                continue
+            sent += batch
+        if sent:
+            self.swept += len(sent)
+            self.on_swept(len(sent))
+        for decision in sent:
+            await asyncio.to_thread(self._report, decision, names.get(decision.instance_id))
+        return sent + reported
+
+    def _fence(self, uid: str) -> Callable[[], None]:
+        """Checked right before the termination is sent: the pool's shard still this
+        replica's (its Lease held)."""
+
+        def check() -> None:
+            if not self.serves(uid):
+                raise NotServed(f"pool {uid}'s shard is no longer this replica's: not swept")
+
+        return check
 
     def _report(self, decision: Decision, pool: str | None) -> None:
         """In a thread: the Event is posted straight to the API server (events.DirectEvents)."""
-        what = f"terminated instance {decision.instance_id}: {decision.reason}"
+        if decision.action is Action.REPORT:
+            what = f"would terminate instance {decision.instance_id}: {decision.reason}"
+            reason = "OrphanFound"
+        else:
+            what = f"terminated instance {decision.instance_id}: {decision.reason}"
+            reason = "OrphanSwept"
         log.warning("%s (pool %s)", what, pool or "?")
         namespace, _, name = (pool or "").partition("/")
         if namespace and name:
             self.events.post(_deleted_pool(namespace, name, decision.pool_uid), "Warning",
-                             "OrphanSwept", what)  # fmt: skip
+                             reason, what)  # fmt: skip
 
 
 def _tagged(item: FleetInstance) -> Tagged:
     return Tagged(
         item.instance_id, item.slot, item.state, item.instance_type, item.zone,
-        item.install, item.created, item.retained,
+        item.install, item.created, item.retained, item.cluster,
     )  # fmt: skip
+
+
+def _label(record: AccountRecord) -> str:
+    ref = record.source.get("credentialsSecretRef") or {}
+    name = ref.get("name") if isinstance(ref, dict) else None
+    where = f"Secret {record.namespace}/{name}" if name else "the operator's identity"
+    role = record.source.get("assumeRole") or {}
+    return where + (f" as {role.get('roleArn')}" if isinstance(role, dict) and role else "")
 
 
 def _deleted_pool(namespace: str, name: str, uid: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from spotpool.api.spec import DeletionPolicy, SpotpoolSpec
 from spotpool.api.status import SpotpoolStatus
 from spotpool.engine.basics.errors import InstancesRemain
+from spotpool.engine.leftovers.accounts import account_of
 from spotpool.engine.tencent.credentials import Credentials
 from spotpool_operator.basics.credentials import resolve
 from spotpool_operator.basics.failures import PoolProblem, classify
@@ -53,7 +54,8 @@ class Deletion(PoolWork):
             credentials, problem = await self._deletion_credentials(pool, ref)
             engine = self._engine(ref, credentials, region)
             if problem is None and self.strays is not None:  # a late instance is swept with it
-                self.strays.remember(credentials, region)
+                record = account_of(ref.namespace, ref.spec, region)
+                self.strays.remember(credentials, region, record)
             try:
                 if retain:
                     # Surges too: Retain forgets nothing it owns.

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from spotpool.api.spec import SpotpoolSpec, parse_duration
 from spotpool.api.stackconfig import StackConfig
 from spotpool.api.status import SpotpoolStatus
+from spotpool.engine.leftovers.accounts import account_of
 from spotpool.engine.tencent.credentials import Credentials
 from spotpool_operator.basics.credentials import INLINE_WARNING, login_password, resolve
 from spotpool_operator.basics.failures import PoolProblem, classify
@@ -67,7 +68,8 @@ class PoolBook(EngineCalls):
         """Have the fleet probe watch the instances the pool's status now lists (and the sweep
         of deleted pools' instances look at its key pair and region)."""
         if self.strays is not None:
-            self.strays.remember(credentials, region)
+            record = account_of(ref.namespace, ref.spec, region)
+            self.strays.remember(credentials, region, record)
         if self.probe is None:
             return
         expected = {i.slot: i.instance_id for i in pool.status.instances if i.slot is not None}

@@ -18,6 +18,12 @@ class SecretsProvider(StrEnum):
     keyserver = "keyserver"
 
 
+class SweepMode(StrEnum):
+    terminate = "terminate"
+    report = "report"
+    off = "off"
+
+
 class LogFormat(StrEnum):
     plain = "plain"
     full = "full"
@@ -264,13 +270,31 @@ def run(
         help="Names this install on every instance it makes; only its own orphans are ever "
         "adopted or terminated. Default: LEASE_NAMESPACE.LEASE_NAME, or 'default' by hand.",
     ),
+    cluster_id: str | None = typer.Option(
+        None,
+        "--cluster-id",
+        envvar="SPOTPOOL_CLUSTER_ID",
+        help="Names this cluster on every instance the install makes (tag spotpool-cluster); "
+        "only instances with this cluster's and this install's tags are ever adopted or "
+        "terminated. Default: the kube-system Namespace's uid. Set it to keep a cluster's "
+        "identity across a rebuild on purpose.",
+    ),
+    sweep: SweepMode = typer.Option(
+        "terminate",
+        "--sweep",
+        envvar="SPOTPOOL_SWEEP",
+        help="Instances of a deleted pool (this cluster's and install's, held by no stack, "
+        "their pool missing for --orphan-grace): terminate them, report them only (Event "
+        "OrphanFound and a metric), or off (no sweep).",
+    ),
     orphan_grace: str = typer.Option(
         "15m",
         "--orphan-grace",
         envvar="SPOTPOOL_ORPHAN_GRACE",
         help="An instance of this install that no stack holds is terminated only once it is "
         "older than this (a younger one may be a create still in flight); the sweep of "
-        "instances whose pool is gone waits as long.",
+        "instances whose pool is gone terminates them only once two listings this far apart "
+        "both lacked the pool.",
     ),
     operator_class: str = typer.Option(
         "",
@@ -425,6 +449,7 @@ def run(
                 operation_timeout=timeout_seconds,
                 history_keep=history_keep,
                 install_id=install_id or _install_id(lease_home, lease_name),
+                cluster_id=cluster_id or None,
                 orphan_min_age=grace_seconds,
                 notice_secret=_notice_secret(notice_secret_file),
             ),
@@ -443,6 +468,7 @@ def run(
             shards=shards,
             max_concurrent_per_account=max_concurrent_per_account,
             fast_launch=fast_launch,
+            sweep=sweep.value,
             rate_limits=_rate_limits(api_limit),
             metrics_host=metrics_host,
             metrics_port=metrics_port,

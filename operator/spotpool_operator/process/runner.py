@@ -12,11 +12,13 @@ from spotpool.api.placement_report import offerings
 from spotpool.api.stackconfig import PoolIdentity
 from spotpool.engine.fencing.ownership import Writer
 from spotpool.engine.fencing.processes import kill_runs
-from spotpool.engine.leftovers.retained import retained_uids
+from spotpool.engine.leftovers.accounts import AccountRecord, recorded_accounts, save_account
+from spotpool.engine.leftovers.holdings import backend_holdings
 from spotpool.engine.stacks.stack import PoolStack, forget_stack
 from spotpool.engine.tencent import cloud
 from spotpool.engine.tencent.credentials import Credentials
 from spotpool.engine.tencent.ratelimit import BUCKETS
+from spotpool_operator.basics.credentials import credentials_of
 from spotpool_operator.basics.settings import OperatorSettings
 from spotpool_operator.cloud.capacity import Capacity, CapacitySettings, stock_lister
 from spotpool_operator.cloud.cost import PriceBook, price_lister
@@ -27,7 +29,7 @@ from spotpool_operator.cloud.interruptions import (
     LearnerSettings,
     MemoryStore,
 )
-from spotpool_operator.cloud.strays import StraySweep
+from spotpool_operator.cloud.strays import Backend, StraySweep
 from spotpool_operator.process import handlers, kopf_namespaces
 from spotpool_operator.process.cloudcheck import cloud_lookup
 from spotpool_operator.process.lease_home import warn_about_lease_home
@@ -60,6 +62,7 @@ def run(settings: OperatorSettings) -> None:
         metrics.serve(settings.metrics_host, settings.metrics_port)
     cluster = KubeCluster()
     warn_about_lease_home(cluster.core(), settings.lease_namespace)
+    _identify_cluster(settings, cluster)
     host, pid = socket.gethostname(), os.getpid()
     shards = None
     if settings.lease_namespace:
@@ -119,19 +122,8 @@ def run(settings: OperatorSettings) -> None:
         ),
         prices=prices,
     )
-    reconciler.strays = StraySweep(
-        fleet,
-        lambda credentials, region, ids: cloud.terminate(
-            cloud.cvm(credentials, region, endpoint), ids
-        ),
-        cluster.pool_uids,
-        shards.serves if shards is not None else lambda uid: True,
-        DirectEvents(cluster.core()),  # outside kopf's handlers: no kopf event queue there
-        settings.engine.install_id,
-        settings.engine.orphan_min_age,
-        kept=partial(retained_uids, settings.engine.backend_url),
-        on_swept=metrics.orphans_swept.inc,
-    )
+    if settings.sweep != "off":
+        reconciler.strays = _stray_sweep(settings, cluster, fleet, shards, metrics)
     registry = kopf.OperatorRegistry()
     handlers.register(registry, reconciler)
     kopf_settings = kopf.OperatorSettings()
@@ -160,6 +152,63 @@ def run(settings: OperatorSettings) -> None:
         )
     finally:
         reconciler.close()
+
+
+def _identify_cluster(settings: OperatorSettings, cluster: KubeCluster) -> None:
+    """The cluster's identity, tagged on every instance beside the install's: --cluster-id, or
+    the kube-system Namespace's uid. Without it nothing could be proven this cluster's."""
+    if settings.engine.cluster_id:
+        log.info("cluster id %s (--cluster-id)", settings.engine.cluster_id)
+        return
+    try:
+        settings.engine.cluster_id = cluster.cluster_uid()
+    except Exception as error:
+        raise SystemExit(
+            f"cannot read the kube-system Namespace for the cluster's identity ({error}): grant "
+            "the operator `get` on namespaces/kube-system (the chart does), or set --cluster-id "
+            "(SPOTPOOL_CLUSTER_ID, chart value clusterId)"
+        ) from None
+    log.info("cluster id %s (the kube-system Namespace's uid)", settings.engine.cluster_id)
+
+
+def _stray_sweep(
+    settings: OperatorSettings,
+    cluster: KubeCluster,
+    fleet: Callable[[Credentials, str], list[cloud.FleetInstance]],
+    shards: ShardLeases | None,
+    metrics: Metrics,
+) -> StraySweep:
+    """The sweep of deleted pools' instances: the cloud, the cluster's pools, the backend."""
+    engine = settings.engine
+    backend_url, endpoint = engine.backend_url, engine.cloud_endpoint
+
+    def terminate(
+        credentials: Credentials, region: str, ids: list[str], check: Callable[[], None]
+    ) -> None:
+        cloud.terminate(cloud.cvm(credentials, region, endpoint), ids, check)
+
+    def resolve(record: AccountRecord) -> Credentials:
+        return credentials_of(cluster, record, endpoint)
+
+    return StraySweep(
+        fleet,
+        terminate,
+        cluster.pool_uids,
+        shards.serves if shards is not None else lambda uid: True,
+        DirectEvents(cluster.core()),  # outside kopf's handlers: no kopf event queue there
+        engine.install_id,
+        engine.orphan_min_age,
+        Backend(
+            holdings=partial(backend_holdings, backend_url),
+            save_account=partial(save_account, backend_url),
+            recorded_accounts=partial(recorded_accounts, backend_url),
+        ),
+        cluster_id=engine.cluster_id,
+        mode=settings.sweep,
+        resolve=resolve,
+        on_swept=metrics.orphans_swept.inc,
+        on_reported=metrics.orphans_reported.inc,
+    )
 
 
 def _stop_shards_work(

@@ -6,6 +6,7 @@ blocking: the reconciler runs them in threads.
 """
 
 import base64
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -61,11 +62,13 @@ class KubeCluster:
         """The Leases API, on the same connection settings."""
         return kubernetes.client.CoordinationV1Api(self._api)
 
-    def pool_uids(self, candidates: Mapping[str, str | None]) -> set[str]:
+    def pool_uids(self, candidates: Mapping[str, str | None]) -> set[str] | None:
         """Which of `candidates` (uid -> "namespace/name") are the uid of a Spotpool that exists
         now: one list of the whole cluster; where that is not allowed (an install that serves
-        some namespaces), one read per candidate. A candidate that cannot be read counts as
-        existing: nothing is ever swept on a guess."""
+        some namespaces), one read per candidate. None when the listing failed or is partial
+        — the API server failing, the resource type not served (a 404 that is not a Spotpool's
+        NotFound: a CRD version change) — so that every pool counts as alive. A candidate
+        that cannot be read (403) counts as existing: nothing is ever swept on a guess."""
         try:
             listed = cast(
                 dict[str, Any],
@@ -76,7 +79,11 @@ class KubeCluster:
             return {str(item["metadata"]["uid"]) for item in listed.get("items") or []}
         except kubernetes.client.ApiException as error:
             if error.status != 403:
-                raise
+                log.warning("Spotpools not listed (%s): every pool counts as alive", error.status)
+                return None
+        except Exception as error:
+            log.warning("Spotpools not listed (%s): every pool counts as alive", error)
+            return None
         alive = set()
         for uid, pool in candidates.items():
             namespace, _, name = (pool or "").partition("/")
@@ -91,12 +98,30 @@ class KubeCluster:
                     ),
                 )
             except kubernetes.client.ApiException as error:
+                if error.status == 404 and not _pool_not_found(error, name):
+                    log.warning(
+                        "Spotpool %s/%s: a 404 for the resource type (%s/%s not served?): "
+                        "every pool counts as alive", namespace, name, GROUP, VERSION,
+                    )  # fmt: skip
+                    return None
                 if error.status != 404:
                     alive.add(uid)
                 continue
+            except Exception as error:
+                log.warning("Spotpool %s/%s not read (%s): every pool counts as alive",
+                            namespace, name, error)  # fmt: skip
+                return None
             if found["metadata"]["uid"] == uid:  # (same name, another uid: this one is gone)
                 alive.add(uid)
         return alive
+
+    def cluster_uid(self) -> str:
+        """The cluster's identity: the kube-system Namespace's uid (made with the cluster,
+        kept for its life; a cluster rebuilt gets another)."""
+        metadata = self._core.read_namespace("kube-system", _request_timeout=30).metadata
+        if metadata is None or not metadata.uid:
+            raise ValueError("the kube-system Namespace has no uid")
+        return str(metadata.uid)
 
     def read_secret(self, namespace: str, name: str) -> dict[str, bytes]:
         try:
@@ -132,3 +157,19 @@ class KubeCluster:
                 return fence.expected if fence else None
             raise
         return None
+
+
+def _pool_not_found(error: Any, name: str) -> bool:
+    """The 404 is the API server's NotFound for this Spotpool (a Status naming it), not a 404
+    for the resource type (a group or version not served: a page not found)."""
+    try:
+        body = json.loads(error.body or "")
+    except (TypeError, ValueError):
+        return False
+    details = body.get("details") or {} if isinstance(body, dict) else {}
+    return (
+        body.get("kind") == "Status"
+        and body.get("reason") == "NotFound"
+        and details.get("name") == name
+        and details.get("kind") == PLURAL
+    )

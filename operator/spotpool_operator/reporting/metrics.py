@@ -231,8 +231,15 @@ class Metrics:
         )
         self.orphans_swept = Counter(
             "spotpool_orphans_swept",
-            "Instances of this install whose pool no longer exists, terminated by the sweep "
-            "once older than the orphan grace (strays.py).",
+            "Instances of this install and cluster whose pool no longer exists, held by no "
+            "stack, terminated by the sweep once the pool was missing for the orphan grace "
+            "(strays.py).",
+            registry=self.registry,
+        )
+        self.orphans_reported = Counter(
+            "spotpool_orphans_reported",
+            "Instances of this install whose pool no longer exists that the sweep would "
+            "terminate, reported instead (--sweep report): each counted once (strays.py).",
             registry=self.registry,
         )
         for result in NOTICE_RESULTS:  # every series exists from the start, at 0

@@ -31,6 +31,9 @@ TAG_POOL = "spotpool-pool"
 TAG_SLOT = "spotpool-slot"
 USER_DATA_FINGERPRINT = "sha256:"  # a redacted user data: its hash, never its text
 TAG_INSTALL = "spotpool-install"  # the install that made it; set by the program from config
+# The cluster whose operator made it (its kube-system Namespace uid, or the install's explicit
+# cluster id): with the install, what proves an instance is this operator's to sweep.
+TAG_CLUSTER = "spotpool-cluster"
 
 
 class PoolIdentity(Model):

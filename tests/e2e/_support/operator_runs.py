@@ -87,19 +87,35 @@ def killed_mid_up_and_replaced_under_another_hostname(world: OperatorWorld) -> N
 def tagged_instance(
     world: OperatorWorld, ns: str, name: str, uid: str, slot: int
 ) -> tuple[Any, str]:
-    """An instance of this install tagged for the pool's `slot` that its stack does not hold
-    (another writer's, or a killed run's create): the client that made it, and its id."""
-    return launch_tagged(world, ns, name, uid, slot, f"default.{INSTALL_LEASE}")
+    """An instance of this install and cluster tagged for the pool's `slot` that its stack does
+    not hold (another writer's, or a killed run's create): the client that made it, and its id."""
+    return launch_tagged(
+        world, ns, name, uid, slot, f"default.{INSTALL_LEASE}", cluster_uid(world.kube)
+    )
+
+
+def cluster_uid(kube: Any) -> str:
+    """The cluster's identity as its operators tag it: the kube-system Namespace's uid."""
+    return str(kube.ok("get", "namespace", "kube-system", "-o", "jsonpath={.metadata.uid}"))
 
 
 def launch_tagged(
-    world: OperatorWorld, ns: str, name: str, uid: str, slot: int, install: str | None
+    world: OperatorWorld,
+    ns: str,
+    name: str,
+    uid: str,
+    slot: int,
+    install: str | None,
+    cluster: str | None = None,
 ) -> tuple[Any, str]:
     """What a late RunInstances for the pool's `slot` lands as (tagged for `install`, or for
-    no install as before installs had a tag): the client that made it, and its id."""
+    no install as before installs had a tag; for `cluster`, or for none as before clusters had
+    a tag): the client that made it, and its id."""
     tags = {"spotpool-pool-uid": uid, "spotpool-pool": f"{ns}/{name}", "spotpool-slot": str(slot)}
     if install is not None:
         tags["spotpool-install"] = install
+    if cluster is not None:
+        tags["spotpool-cluster"] = cluster
     keys = Credentials(
         secret_id=SecretStr(world.emulator.secret_id),
         secret_key=SecretStr(world.emulator.secret_key),

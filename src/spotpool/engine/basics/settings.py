@@ -97,6 +97,14 @@ class EngineSettings(BaseModel):
         description="Names this install on every instance it makes (tag spotpool-install): "
         "only its own orphans are ever adopted or terminated.",
     )
+    cluster_id: str | None = Field(
+        None,
+        max_length=63,
+        description="Names the cluster whose operator this is on every instance it makes (tag "
+        "spotpool-cluster): the kube-system Namespace's uid, or an id set on purpose for a "
+        "rebuilt cluster. Only instances with this cluster's and this install's tags are "
+        "ever adopted or terminated. None: run by hand, instances without the tag are its own.",
+    )
     orphan_min_age: float = Field(
         900.0, ge=0, description="Seconds before an orphan may be another writer's create."
     )
@@ -139,6 +147,7 @@ class EngineSettings(BaseModel):
             secrets_provider=os.environ.get("SPOTPOOL_SECRETS_PROVIDER") or "passphrase",
             # The operator's own variable: a preview of its stacks tags instances as it does.
             install_id=os.environ.get("SPOTPOOL_INSTALL_ID") or "default",
+            cluster_id=os.environ.get("SPOTPOOL_CLUSTER_ID") or None,
         )
 
     def notice_key(self, pool_uid: str) -> str:

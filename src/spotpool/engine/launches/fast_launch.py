@@ -35,7 +35,12 @@ from tencentcloud.cvm.v20170312 import models
 from spotpool.api import notices
 from spotpool.api.notices import NONCE_TAG
 from spotpool.api.spec import ChargeType
-from spotpool.api.stackconfig import TAG_INSTALL, USER_DATA_FINGERPRINT, StackConfig
+from spotpool.api.stackconfig import (
+    TAG_CLUSTER,
+    TAG_INSTALL,
+    USER_DATA_FINGERPRINT,
+    StackConfig,
+)
 from spotpool.engine.basics.errors import EngineError
 from spotpool.engine.basics.stack_view import StackView
 from spotpool.engine.fencing.processes import current_fence
@@ -81,6 +86,7 @@ def run_instances_request(
     user_data: str | None,
     notice_key: str | None,
     nonce: str,
+    cluster: str | None = None,
 ) -> dict[str, Any]:
     """The RunInstances parameters the provider sends for `slot`'s instance, as the stack
     program declares it with these inputs (the same names as SpotPool takes them)."""
@@ -146,6 +152,7 @@ def run_instances_request(
     tags = {
         **c.instance_tags(slot),
         **({TAG_INSTALL: install} if install else {}),
+        **({TAG_CLUSTER: cluster} if cluster else {}),
         **({NONCE_TAG: nonce} if nonce else {}),
     }
     body["TagSpecification"] = [
@@ -211,7 +218,7 @@ def launch_replacements(
         def send(slot: int) -> tuple[int, Sent]:
             body = run_instances_request(
                 placed, slot, pool.settings.install_id, login_password, config.user_data, key,
-                intent.slots[slot].nonce,
+                intent.slots[slot].nonce, pool.settings.cluster_id,
             )  # fmt: skip
             body["ClientToken"] = intent.slots[slot].client_token
             try:

@@ -5,15 +5,16 @@ An orphan is usually what a killed run created but never recorded. It may also b
 writer's create still in flight (a second install on the same account, a person's
 `pulumi up`, a restored backup), so terminating is the last resort and is fenced:
 
-- only instances tagged with this install (or with no install tag: made before installs
-  were tagged) are ever adopted or terminated;
+- only instances tagged with this install and this cluster (`owner_problem`) are ever adopted
+  or terminated: an instance of another cluster or install, or one made before the cluster
+  tag existed, is left alone (its stack's next run tags a held one; an orphan is reported);
 - never an instance younger than the longest possible create, unless it belongs to a slot a
   killed run of this stack was creating (its pending create proves whose it is);
 - only while this writer holds the stack and its Lease, and no other lock is on the stack;
 - at most the pool's size per pass.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -27,6 +28,7 @@ class Action(StrEnum):
     ADOPT = "adopt"
     TERMINATE = "terminate"
     LEAVE = "leave"
+    REPORT = "report"  # the sweep would terminate it, and only says so (--sweep report)
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class Tagged:
     install: str | None = None
     created: datetime | None = None
     retained: bool = False  # kept on purpose by a Retain deletion of its pool
+    cluster: str | None = None  # the cluster whose operator made it (its tag)
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class Situation:
     cap: int  # terminations at most in one pass (the pool's size)
     dead_run_slots: frozenset[int] = field(default_factory=frozenset)
     held: frozenset[str] = field(default_factory=frozenset)  # in the state, in no slot (surges)
+    cluster_id: str | None = None  # this operator's cluster (None: run by hand, no cluster tag)
 
 
 @dataclass(frozen=True)
@@ -82,9 +86,10 @@ def decide(situation: Situation, tagged: list[Tagged]) -> list[Decision]:
                 Decision(item.instance_id, action, item.slot, item.instance_type, reason, ours)
             )
 
-        if item.install is not None and item.install != situation.install_id:
-            say(Action.LEAVE, f"made by another install ({item.install})", ours=False)
-            continue  # (untagged: made before installs were tagged, by this pool's writer)
+        problem = owner_problem(item, situation.install_id, situation.cluster_id)
+        if problem is not None:
+            say(Action.LEAVE, problem, ours=False)
+            continue
         from_dead_run = item.slot is not None and item.slot in situation.dead_run_slots
         young = item.created is None or situation.now - item.created < situation.min_age
         if young and not from_dead_run:
@@ -113,58 +118,28 @@ def decide(situation: Situation, tagged: list[Tagged]) -> list[Decision]:
     return decisions
 
 
+def owner_problem(item: Tagged, install_id: str, cluster_id: str | None) -> str | None:
+    """Why the instance is not provably this operator's (None: it is): its install tag must
+    name this install and its cluster tag this cluster (an operator run by hand, with no
+    cluster id, owns only instances without a cluster tag)."""
+    if item.install != install_id:
+        return (
+            f"made by another install ({item.install})"
+            if item.install
+            else ("made by an unknown install (no spotpool-install tag)")
+        )
+    if item.cluster == cluster_id:
+        return None
+    if item.cluster is None:
+        return (
+            "no spotpool-cluster tag (made before this version, or by hand): reported, never "
+            "terminated or adopted; a stack that holds it tags it at its next run"
+        )
+    return f"made by another cluster ({item.cluster})"
+
+
 def waited_for(decisions: list[Decision]) -> list[Decision]:
     """What deleting the pool must wait for: its own install's instances a pass left alone
     (young, not this writer's to terminate now, over the cap). Terminated ones are going;
     another install's are that install's to delete."""
     return [d for d in decisions if d.action is Action.LEAVE and d.ours]
-
-
-@dataclass(frozen=True)
-class Fleet:
-    """What the sweep of strays — instances of this install tagged for a pool that no longer
-    exists — knows when it decides."""
-
-    install_id: str
-    pools: frozenset[str]  # uid of every Spotpool in the cluster, listed after the instances
-    serves: Callable[[str], bool]  # this replica holds the shard (Lease) of that pool uid now
-    now: datetime
-    min_age: timedelta  # the grace: the longest a create can take between the cloud and a state
-    cap: int  # terminations at most in one pass
-    kept: frozenset[str] = frozenset()  # pools deleted with Retain: their instances stay
-
-
-def decide_strays(fleet: Fleet, tagged: Mapping[str, list[Tagged]]) -> list[Decision]:
-    """pool uid -> its tagged instances, as one fleet listing saw them; a decision for each
-    instance whose pool is gone. A pool listed after the instances that is not there was
-    deleted (a pool exists before anything is created for it), so its instances are strays:
-    terminated when they are this install's, old enough, and this replica serves the pool's
-    shard; never another install's, nor an untagged one (which install made it is unknown)."""
-    decisions: list[Decision] = []
-    for uid in sorted(tagged):
-        if not uid or uid in fleet.pools:
-            continue  # a live pool's orphans are its own writer's (`decide`)
-        for item in sorted(tagged[uid], key=lambda i: i.instance_id):
-            if item.state in GONE_STATES:
-                continue
-            terminating = sum(d.action is Action.TERMINATE for d in decisions)
-            action, reason, ours = _stray(fleet, uid, item, terminating)
-            decisions.append(
-                Decision(item.instance_id, action, item.slot, item.instance_type, reason, ours, uid)
-            )
-    return decisions
-
-
-def _stray(fleet: Fleet, uid: str, item: Tagged, terminating: int) -> tuple[Action, str, bool]:
-    if item.install != fleet.install_id:
-        made_by = f"another install ({item.install})" if item.install else "an unknown install"
-        return Action.LEAVE, f"made by {made_by}", False
-    if item.retained or uid in fleet.kept:
-        return Action.LEAVE, "kept by its pool's deletion (deletionPolicy Retain)", False
-    if not fleet.serves(uid):
-        return Action.LEAVE, "the pool's shard is another replica's", True
-    if item.created is None or fleet.now - item.created < fleet.min_age:
-        return Action.LEAVE, "young: a create of the deleted pool may still be in flight", True
-    if terminating >= fleet.cap:
-        return Action.LEAVE, f"at most {fleet.cap} termination(s) a pass", True
-    return Action.TERMINATE, f"its pool {uid} no longer exists", True

@@ -12,7 +12,7 @@ wants it, so nothing leaks.
 import json
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,9 +22,10 @@ from pulumi import automation as auto
 from tencentcloud.cvm.v20170312 import cvm_client
 
 from spotpool.api.stackconfig import PROJECT, StackConfig
-from spotpool.engine.basics.errors import StackLockedError
+from spotpool.engine.basics.errors import EngineError, StackLockedError
 from spotpool.engine.basics.stack_view import StackView
 from spotpool.engine.fencing.ownership import STALE_MARGIN, LockOwner, Writer, decide_lock
+from spotpool.engine.fencing.processes import current_fence
 from spotpool.engine.leftovers import dead_runs
 from spotpool.engine.leftovers.orphans import (
     GONE_STATES,
@@ -97,7 +98,7 @@ def sweep_orphans(
     tagged = [
         Tagged(
             instance_id=i.instance_id, slot=i.slot, state=i.state, instance_type=i.instance_type,
-            zone=i.zone, install=i.install, created=i.created,
+            zone=i.zone, install=i.install, created=i.created, cluster=i.cluster,
         )
         for i in cloud.pool_instances(client, pool.pool.uid)
     ]  # fmt: skip
@@ -113,6 +114,7 @@ def sweep_orphans(
         cap=max(1, cap),
         dead_run_slots=dead_run_slots,
         held=held,
+        cluster_id=pool.settings.cluster_id,
     )
     found = Orphans()
     for decision in decide(situation, tagged):
@@ -122,9 +124,23 @@ def sweep_orphans(
             found.terminated.append(decision)
         else:
             found.left.append(decision)
-    if found.terminated:
-        cloud.terminate(client, [d.instance_id for d in found.terminated])
+    if found.terminated:  # fenced where it is sent, as every other write
+        cloud.terminate(client, [d.instance_id for d in found.terminated], _fence_of(pool))
     return found
+
+
+def _fence_of(pool: StackView) -> Callable[[], None]:
+    """The writer's right to write this pool, checked right before the termination is sent:
+    its Lease still held and the calling operation's fence (the shard, in the same epoch)."""
+    writer = pool.settings.writer
+    operation = current_fence()
+
+    def fence() -> None:
+        if writer is not None and writer.lease is not None and not writer.lease.held():
+            raise EngineError(f"stack {pool.name}: this writer lost the pool's Lease")
+        operation()
+
+    return fence
 
 
 def _any_lock(pool: StackView) -> bool:

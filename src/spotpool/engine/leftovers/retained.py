@@ -1,29 +1,34 @@
 """What a deletion with deletionPolicy Retain keeps, marked so that the sweep of deleted pools'
-instances (operator strays.py) never takes it: the pool's uid in the state backend
-(`.spotpool/retained/<uid>.json`, read by every replica, needs no cloud key), and each kept
-instance tagged `spotpool-retained` (seen in the console, and by the sweep of any install).
+instances (operator strays.py) never takes it: the pool's uid and the instances its state held
+in the state backend (`.spotpool/retained/<uid>.json`, read by every replica, needs no cloud
+key), and each kept instance tagged `spotpool-retained` (seen in the console, and by the sweep
+of any install). A Retain deletion made before these marks existed left neither: its
+instances also lack the cluster tag, which alone keeps every sweep off them.
 """
 
 import json
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from spotpool.engine.basics.errors import EngineError
 from spotpool.engine.basics.stack_view import StackView
 from spotpool.engine.leftovers.orphans import GONE_STATES
-from spotpool.engine.state.backend_files import open_backend
+from spotpool.engine.state.backend_files import BackendFiles, open_backend
 from spotpool.engine.tencent import cloud
 
 PREFIX = ".spotpool/retained/"
 
 
-def mark_retained(pool: StackView) -> list[str]:
-    """Mark the pool as kept: its uid in the backend, then its live instances of this install
-    tagged, when its key pair works. Notes on what could not be done; raises when nothing at
-    all marks it (no backend of ours and no working key pair): the sweep would take them."""
+def mark_retained(pool: StackView, held: Iterable[str] = ()) -> list[str]:
+    """Mark the pool as kept: its uid and `held` (the instances its state holds) in the
+    backend, then its live instances of this install tagged, when its key pair works. Notes
+    on what could not be done; raises when nothing at all marks it (no backend of ours and
+    no working key pair): the sweep would take them."""
     when = datetime.now(UTC).isoformat(timespec="seconds")
     files = open_backend(pool.settings.backend_url)
     if files is not None:
-        record = {"uid": pool.pool.uid, "stack": pool.name, "retained": when}
+        record = {"uid": pool.pool.uid, "stack": pool.name, "retained": when,
+                  "instances": sorted(set(held))}  # fmt: skip
         files.write(f"{PREFIX}{pool.pool.uid}.json", json.dumps(record).encode())
     try:
         client = cloud.cvm(pool.credentials, pool.region, pool.settings.cloud_endpoint)
@@ -47,10 +52,21 @@ def mark_retained(pool: StackView) -> list[str]:
 def retained_uids(backend_url: str) -> set[str]:
     """The uids of the pools deleted with Retain, as the backend records them."""
     files = open_backend(backend_url)
-    if files is None:
-        return set()
-    return {
-        key.rsplit("/", 1)[-1].removesuffix(".json")
-        for key in files.keys(PREFIX)
-        if key.endswith(".json")
-    }
+    return set() if files is None else retained_records(files)[0]
+
+
+def retained_records(files: BackendFiles) -> tuple[set[str], set[str]]:
+    """(pool uids, instance ids) the backend's Retain records name; a record that cannot be
+    read still names its pool (its file name)."""
+    uids: set[str] = set()
+    instances: set[str] = set()
+    for key in files.keys(PREFIX):
+        if not key.endswith(".json"):
+            continue
+        uids.add(key.rsplit("/", 1)[-1].removesuffix(".json"))
+        try:
+            record = json.loads(files.read(key))
+        except (OSError, ValueError):
+            continue
+        instances |= {str(i) for i in record.get("instances") or [] if i}
+    return uids, instances

@@ -1,6 +1,7 @@
 """Write a pool's stack config and tags before a run: the StackConfig, the engine's own keys
-(install id, surges, promotions, notice nonces) and the secrets (notice key, login password,
-user data), skipping the CLI runs when this process already set exactly these values."""
+(install and cluster ids, surges, promotions, notice nonces) and the secrets (notice key,
+login password, user data), skipping the CLI runs when this process already set exactly
+these values."""
 
 import hashlib
 import json
@@ -36,6 +37,7 @@ def write_config(
     plain = {
         **config.to_pulumi_config(),
         f"{PROJECT}:installId": settings.install_id,
+        f"{PROJECT}:clusterId": settings.cluster_id or "",
         f"{PROJECT}:surge": json.dumps(sorted(surge or [])),
         f"{PROJECT}:promote": json.dumps(sorted(promote or [])),
         # Each instance's generation (notice_nonces.py): not secret, the token is.

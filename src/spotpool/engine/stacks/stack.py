@@ -57,6 +57,7 @@ from spotpool.engine.state.stack_state import (
     slots_in,
     state_of,
     surge_plan,
+    tagged_for,
     urns_by_slot,
 )
 from spotpool.engine.tencent.credentials import Credentials
@@ -316,8 +317,9 @@ class PoolStack:
 
     def forget(self) -> None:
         """Drop the stack but leave its instances running (deletionPolicy Retain)."""
+        held = list(self.held_instance_ids().values())  # named in the Retain record
         with stack_lock(self.name):
-            mark_retained(self)  # or the sweep of deleted pools' instances takes them
+            mark_retained(self, held)  # or the sweep of deleted pools' instances takes them
             select_stack(self).workspace.remove_stack(self.name, force=True)
             launch_intents.forget(self)  # the fast path's instances stay, as the others
             dead_runs.settle(self)
@@ -327,19 +329,22 @@ class PoolStack:
         return instances_of(select_stack(self).outputs())
 
     def applied_config(self) -> StackConfig | None:
-        """The config the stack's last `up` applied (the program exports it), or None. Read
+        """The config the stack's last `up` applied (the program exports it), or None (also
+        when an instance it holds lacks this install's or this cluster's tag: a stack taken
+        over by a rebuilt cluster, or made before the cluster tag, runs one `up`). Read
         straight from a self-managed backend's checkpoint when it can be (no CLI run: a
         restart over a thousand pools reads a thousand of them), else through the CLI."""
         with stack_lock(self.name):
             checkpoint_guard.undo_late_save(self)
             checkpoint = recovery.read_checkpoint(self)
-            if checkpoint is not None:
-                return applied_config_in(checkpoint)
             try:
-                return applied_config_in(state_of(known_stack(self).stack))
+                state = checkpoint or state_of(known_stack(self).stack)
             except auto.CommandError:
                 forget_known(self)
                 return None
+            if not tagged_for(state, self.settings.install_id, self.settings.cluster_id):
+                return None  # made before the cluster tag, or by another cluster: an up tags
+            return applied_config_in(state)
 
     def state_instance_ids(self) -> dict[int, str]:
         """slot -> instance id, as the stack's state records them."""

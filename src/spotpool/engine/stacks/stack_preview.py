@@ -25,7 +25,13 @@ from spotpool.engine.runs.config_writer import write_config
 from spotpool.engine.runs.stack_operation import command_reason
 from spotpool.engine.runs.stack_workspace import forget_work_dir, own_work_dir, select_stack
 from spotpool.engine.stacks.disruption import replaced_slots
-from spotpool.engine.state.stack_state import SLOT_TYPE, carried_over, ids_by_slot, state_of
+from spotpool.engine.state.stack_state import (
+    SLOT_TYPE,
+    carried_over,
+    cluster_in,
+    ids_by_slot,
+    state_of,
+)
 
 
 def preview(
@@ -56,6 +62,9 @@ def preview(
             config = carried_over(config, state, ids_by_slot(state))
             nonces = plan_nonces(held_nonces(state), config.count)
             write_config(pool, stack, config, login_password, tag=False, nonces=nonces)
+            held_by = cluster_in(state)  # a preview by hand tags as the stack's operator did
+            if pool.settings.cluster_id is None and held_by:
+                stack.set_config(f"{PROJECT}:clusterId", auto.ConfigValue(held_by))
             if keep_secret_inputs:
                 kept = auto.ConfigValue(json.dumps(sorted(keep_secret_inputs)))
                 stack.set_config(f"{PROJECT}:keepSecretInputs", kept)

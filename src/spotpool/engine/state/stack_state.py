@@ -9,7 +9,7 @@ from pulumi import automation as auto
 
 from spotpool.api.notices import NONCE_TAG
 from spotpool.api.spec import ChargeType
-from spotpool.api.stackconfig import StackConfig
+from spotpool.api.stackconfig import TAG_CLUSTER, TAG_INSTALL, StackConfig
 from spotpool.engine.basics.results import SlotOutput
 from spotpool.engine.state.lean_stack import LeanStack
 from spotpool.engine.state.urns import slot_of_urn, surge_slot_of_urn
@@ -87,6 +87,31 @@ def surge_plan(slots: set[int], surges: set[int], count: int) -> tuple[list[int]
     keep = sorted(s for s in surges if s in slots and s < count)
     promote = sorted(s for s in surges if s not in slots and s < count)
     return keep, promote
+
+
+def tagged_for(state: Mapping[str, Any], install_id: str, cluster_id: str | None) -> bool:
+    """Whether every instance the state holds carries this install's and this cluster's tags
+    (as the last run set them). No cluster id (run by hand): nothing to check."""
+    if cluster_id is None:
+        return True
+    wanted = {TAG_INSTALL: install_id, TAG_CLUSTER: cluster_id}
+    for resource in state.get("resources") or []:
+        if resource.get("type") != SLOT_TYPE or not resource.get("id"):
+            continue
+        tags = (resource.get("outputs") or {}).get("tags") or {}
+        if any(tags.get(key) != value for key, value in wanted.items()):
+            return False
+    return True
+
+
+def cluster_in(state: Mapping[str, Any]) -> str | None:
+    """The cluster tag the state's instances carry (the first one's), if any."""
+    for resource in state.get("resources") or []:
+        if resource.get("type") == SLOT_TYPE and resource.get("id"):
+            value = ((resource.get("outputs") or {}).get("tags") or {}).get(TAG_CLUSTER)
+            if value:
+                return str(value)
+    return None
 
 
 def applied_config_in(state: Mapping[str, Any]) -> StackConfig | None:

@@ -19,7 +19,7 @@ from tencentcloud.common.profile.client_profile import ClientProfile
 from tencentcloud.common.profile.http_profile import HttpProfile
 from tencentcloud.cvm.v20170312 import cvm_client, models
 
-from spotpool.api.stackconfig import TAG_INSTALL, TAG_POOL, TAG_POOL_UID, TAG_SLOT
+from spotpool.api.stackconfig import TAG_CLUSTER, TAG_INSTALL, TAG_POOL, TAG_POOL_UID, TAG_SLOT
 from spotpool.engine.tencent.credentials import Credentials
 from spotpool.engine.tencent.ratelimit import BUCKETS
 
@@ -95,6 +95,7 @@ class TaggedInstance(BaseModel):
     instance_type: str
     zone: str
     install: str | None = Field(None, description="The install that made it (its tag).")
+    cluster: str | None = Field(None, description="The cluster whose operator made it (its tag).")
     created: datetime | None = None
     retained: bool = Field(False, description="Kept by a Retain deletion (its tag).")
 
@@ -157,6 +158,7 @@ def _tagged(client: cvm_client.CvmClient, tag_filter: dict[str, Any]) -> list[Fl
                 pool_uid=_tag(item, TAG_POOL_UID) or "",
                 pool=_tag(item, TAG_POOL),
                 install=_tag(item, TAG_INSTALL),
+                cluster=_tag(item, TAG_CLUSTER),
                 created=_created(item),
                 retained=_tag(item, TAG_RETAINED) is not None,
             )
@@ -186,11 +188,17 @@ def _slot_of(instance: Any) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
-def terminate(client: cvm_client.CvmClient, instance_ids: list[str]) -> None:
+def terminate(
+    client: cvm_client.CvmClient,
+    instance_ids: list[str],
+    check: Callable[[], None] | None = None,
+) -> None:
+    """Terminate the instances; `check` (the writer's fence) is passed right before each
+    request is sent, as for every other write: a writer that lost its right sends nothing."""
     for start in range(0, len(instance_ids), 100):  # the API takes at most 100 ids a call
         request = models.TerminateInstancesRequest()
         request.InstanceIds = instance_ids[start : start + 100]
-        limited(client, "TerminateInstances", request)
+        limited(client, "TerminateInstances", request, check)
 
 
 def mark_retained(client: cvm_client.CvmClient, instance_ids: list[str], when: str) -> None:

@@ -1,0 +1,109 @@
+"""What the state backend says is held (engine/leftovers/holdings.py) and which accounts it
+records for the sweep (engine/leftovers/accounts.py), on a real file backend's layout."""
+
+import gzip
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from spotpool.engine.leftovers.accounts import account_of, recorded_accounts, save_account
+from spotpool.engine.leftovers.holdings import backend_holdings
+from spotpool.engine.state.stack_state import cluster_in, tagged_for
+
+pytestmark = pytest.mark.unit
+SLOT = "tencentcloud:Instance/instance:Instance"
+
+
+def _checkpoint(*ids: str) -> bytes:
+    resources = [{"type": "pulumi:pulumi:Stack", "urn": "urn:stack"}] + [
+        {"type": SLOT, "id": i, "urn": f"urn:slot-{n}"} for n, i in enumerate(ids)
+    ]
+    return json.dumps({"checkpoint": {"latest": {"resources": resources}}}).encode()
+
+
+def test_every_stacks_instances_intents_and_retain_records_are_held(tmp_path: Path) -> None:
+    stacks = tmp_path / ".pulumi" / "stacks" / "spotpool"
+    stacks.mkdir(parents=True)
+    (stacks / "team-a.p.json").write_bytes(_checkpoint("ins-a1", "ins-a2"))
+    (stacks / "team-b.q.json.gz").write_bytes(gzip.compress(_checkpoint("ins-b1")))
+    (stacks / "team-a.p.json.attrs").write_text("{}")
+    (stacks / "team-a.p.spotpool-launch.3-ab12").write_text(
+        json.dumps({"pool_uid": "u", "slot": 3, "instance_id": "ins-fast"})
+    )
+    retained = tmp_path / ".spotpool" / "retained"
+    retained.mkdir(parents=True)
+    (retained / "u-old.json").write_text(json.dumps({"uid": "u-old", "instances": ["ins-k"]}))
+    (retained / "u-older.json").write_text(json.dumps({"uid": "u-older"}))  # before this version
+
+    held = backend_holdings(f"file://{tmp_path}")
+    assert held is not None
+    assert held.instances == {"ins-a1", "ins-a2", "ins-b1", "ins-fast", "ins-k"}
+    assert held.kept == {"u-old", "u-older"}
+    assert held.stacks == 2
+
+
+def test_a_backend_that_cannot_be_read_in_full_proves_nothing(tmp_path: Path) -> None:
+    stacks = tmp_path / ".pulumi" / "stacks" / "spotpool"
+    stacks.mkdir(parents=True)
+    (stacks / "team-a.p.json.zst").write_bytes(b"\x28\xb5\x2f\xfd")
+    assert backend_holdings(f"file://{tmp_path}") is None
+    (stacks / "team-a.p.json.zst").unlink()
+    (stacks / "team-a.p.json").write_text("{not json")
+    assert backend_holdings(f"file://{tmp_path}") is None
+    assert backend_holdings("https://api.pulumi.com") is None  # not self-managed
+
+
+def test_accounts_are_recorded_by_where_their_keys_come_from_never_the_keys(
+    tmp_path: Path,
+) -> None:
+    backend = f"file://{tmp_path}"
+    spec = {"credentialsSecretRef": {"name": "keys"}, "region": "ap-singapore"}
+    record = account_of("team-a", spec, "ap-singapore")
+    assert record is not None
+    assert account_of("team-a", {"secretId": "AKID", "secretKey": "k"}, "ap-singapore") is None
+    save_account(backend, record)
+    text = "".join(p.read_text() for p in (tmp_path / ".spotpool" / "accounts").iterdir())
+    assert "AKID" not in text and '"keys"' in text
+    assert recorded_accounts(backend, keep=3600) == [record]
+    old = record.model_copy(update={"seen": time.time() - 7200})
+    save_account(backend, old)
+    assert recorded_accounts(backend, keep=3600) == []  # expired, and removed
+    assert not list((tmp_path / ".spotpool" / "accounts").iterdir())
+
+
+def _state(*tags: dict[str, str]) -> dict[str, object]:
+    return {
+        "resources": [
+            {"type": SLOT, "id": f"ins-{n}", "urn": f"urn:x::gpu-slot-{n}", "outputs": {"tags": t}}
+            for n, t in enumerate(tags)
+        ]
+    }
+
+
+def test_a_stack_whose_instances_lack_this_clusters_tag_is_not_taken_as_applied() -> None:
+    """The first start after the upgrade, or a rebuilt cluster: one `up` tags them."""
+    mine = {"spotpool-install": "i", "spotpool-cluster": "c-1"}
+    assert tagged_for(_state(mine, mine), "i", "c-1")
+    assert not tagged_for(_state(mine, {"spotpool-install": "i"}), "i", "c-1")
+    assert not tagged_for(_state({**mine, "spotpool-cluster": "old"}), "i", "c-1")
+    assert tagged_for(_state({"spotpool-install": "i"}), "i", None)  # by hand: no check
+    assert cluster_in(_state({"spotpool-install": "i"}, mine)) == "c-1"
+
+
+def test_the_fast_paths_launch_is_tagged_as_the_program_tags() -> None:
+    from spotpool.api.spec import SpotpoolSpec
+    from spotpool.api.stackconfig import PoolIdentity, StackConfig
+    from spotpool.engine.launches.fast_launch import run_instances_request
+
+    spec = {"region": "ap-singapore", "availabilityZone": "ap-singapore-2", "minimum": 1,
+            "maximum": 2, "instanceType": "GN7.2XLARGE32", "imageId": "img-1",
+            "credentialsSecretRef": {"name": "keys"}}  # fmt: skip
+    config = StackConfig.from_spec(
+        PoolIdentity(namespace="team-a", name="gpu", uid="u-1"), SpotpoolSpec.model_validate(spec)
+    )
+    body = run_instances_request(config, 0, "ops.x", None, None, None, "", "c-1")
+    (spec_tags,) = body["TagSpecification"]
+    tags = {t["Key"]: t["Value"] for t in spec_tags["Tags"]}
+    assert tags["spotpool-install"] == "ops.x" and tags["spotpool-cluster"] == "c-1"
