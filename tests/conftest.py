@@ -78,6 +78,7 @@ HEAVY = (
     "e2e/test_fencing",  # 45 (one test heavy)
 )
 LONGEST_FIRST = (
+    "e2e/test_shared_account",  # 323 alone on a loaded machine: two clusters, a rebuilt one
     "e2e/test_docs_recipes",  # 196 alone on a loaded machine: one world, one operator
     "e2e/test_credentials_lifetime",  # 167, waiting for 70 s boots most of it
     "e2e/test_operator",  # 125
