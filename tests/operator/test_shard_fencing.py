@@ -7,6 +7,7 @@ assert what ran at once and in what order; how long it takes is bench/shard_roun
 import threading
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from spotpool_operator.replicas.lease import HELD_FOR, KILL_AT
@@ -227,3 +228,28 @@ def _fake_pulumi(tmp_path: Path) -> FencedCommand:
     script.write_text(f'#!/bin/sh\ntouch "{tmp_path}/launched-$$"\n')
     script.chmod(0o755)
     return FencedCommand(root=str(root))
+
+
+def test_a_renewal_waits_for_its_answer_until_the_runs_would_be_killed() -> None:
+    """A renewal counts from when it was sent: on a slow API server it waits for its answer
+    until kill_at rather than giving up after a short timeout (a renewal that timed out often
+    lands all the same, and the next one then conflicts)."""
+
+    class Timed(FakeLeases):
+        timeouts: ClassVar[list[float]] = []
+
+        def replace_namespaced_lease(self, name: str, namespace: str, body: object,
+                                     **kwargs: float) -> object:  # fmt: skip
+            self.timeouts.append(kwargs["_request_timeout"])
+            return super().replace_namespaced_lease(name, namespace, body)
+
+    server, clock = Timed(), FakeClock()
+    replica = _replica(server, "pod-a", clock, shards=1)
+    replica.step()
+    replica.step()
+    lease = replica.leases[0]
+    clock.advance(D / 6)  # due
+    server.timeouts.clear()
+    replica.renew_due(replica._renewers)
+    assert server.timeouts == [pytest.approx(D * (KILL_AT - 1 / 6))]
+    assert lease.timeout < server.timeouts[0]

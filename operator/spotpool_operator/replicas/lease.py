@@ -248,10 +248,14 @@ class OperatorLease:
         lease, sent = self._last, self.monotonic()
         if self._renewed is None:
             return False
+        # A renewal counts from when it was sent, so it may wait for its answer until the runs
+        # would be killed anyway: on a slow API server a short timeout only gives up on a
+        # renewal that then lands all the same (and makes the next one conflict).
+        timeout = max(self.timeout, self.kill_at() - sent)
         try:
             if lease is None:  # refused last time: read it; renewed only if still ours
                 lease = self.api.read_namespaced_lease(
-                    self.name, self.namespace, _request_timeout=self.timeout
+                    self.name, self.namespace, _request_timeout=timeout
                 )
                 self.observed.see(lease)
                 spec = lease.spec
@@ -261,17 +265,17 @@ class OperatorLease:
                     if spec.holder_identity:  # another holder in between: lost at once
                         self.drop()
                     return False
-            return self._renew(lease, sent)
+            return self._renew(lease, sent, timeout)
         except kubernetes.client.ApiException as error:
             if error.status in (404, 409):
                 self._last = None
                 return False
             raise
 
-    def _renew(self, lease: Any, sent: float) -> bool:
+    def _renew(self, lease: Any, sent: float, timeout: float | None = None) -> bool:
         lease.spec.renew_time = self.clock()
         self._last = self.api.replace_namespaced_lease(
-            self.name, self.namespace, lease, _request_timeout=self.timeout
+            self.name, self.namespace, lease, _request_timeout=timeout or self.timeout
         )
         self.observed.see(self._last)
         self._renewed = sent
