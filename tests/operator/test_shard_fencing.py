@@ -14,7 +14,7 @@ from spotpool_operator.replicas.lease import HELD_FOR, KILL_AT
 from spotpool_operator.replicas.sharding import shard_of
 from spotpool_operator.replicas.shards import NotServed, ShardLeases
 
-from spotpool.engine.fencing.processes import FencedCommand, fenced
+from spotpool.engine.fencing.processes import RUN_NICENESS, FencedCommand, fenced
 from tests.operator.lease_fakes import GATHER_TIMEOUT, FakeClock, FakeLeases, Stalling
 
 pytestmark = pytest.mark.unit
@@ -253,3 +253,18 @@ def test_a_renewal_waits_for_its_answer_until_the_runs_would_be_killed() -> None
     replica.renew_due(replica._renewers)
     assert server.timeouts == [pytest.approx(D * (KILL_AT - 1 / 6))]
     assert lease.timeout < server.timeouts[0]
+
+
+def test_a_pulumi_run_starts_at_a_lower_priority_than_the_replica(tmp_path: Path) -> None:
+    """The CLI (and its plugins) run at RUN_NICENESS: a replica at its CPU limit renews its
+    Leases before it runs Pulumi."""
+    root = tmp_path / "pulumi"
+    (root / "bin").mkdir(parents=True)
+    script = root / "bin" / "pulumi"
+    script.write_text(f'#!/bin/sh\nnice > "{tmp_path}/niceness"\n')
+    script.chmod(0o755)
+    command = FencedCommand(root=str(root))
+    launched = threading.Thread(target=command.run, args=(["up"], str(tmp_path), {}))
+    launched.start()
+    launched.join()
+    assert int((tmp_path / "niceness").read_text()) == RUN_NICENESS
