@@ -30,6 +30,7 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -146,6 +147,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep-log", type=Path, help="copy the operator's log here")
     args = parser.parse_args()
+    # SIGTERM (a `timeout`) ends the run through its `finally`: the cgroup and the world go.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rng = random.Random(args.seed)
     print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores", flush=True)
     quota = Quota(args.cpu_quota) if args.cpu_quota > 0 else None
