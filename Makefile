@@ -40,7 +40,7 @@ test-tools: venv
 # The operator image (docs/deploy.md, "Build the image"): the tools it carries, then buildah
 # (installed from the distribution's packages when missing); skipped in seconds when an image
 # of the same inputs exists.
-IMAGE_TOOLS := pulumi pulumi-language-python pulumi-resource-tencentcloud
+IMAGE_TOOLS := pulumi pulumi-resource-tencentcloud
 
 image: venv
 	$(SPOTPOOL) toolchain install $(LOCAL_SOURCE_FLAG) $(IMAGE_TOOLS)

@@ -15,6 +15,7 @@ import psutil
 import pytest
 import yaml
 from spotpool_operator.basics.failures import PoolProblem
+from spotpool_operator.process.reconciler import Reconciler
 from spotpool_operator.reporting.metrics import NOTICE_RESULTS, Metrics
 
 from spotpool.api import notices
@@ -328,7 +329,7 @@ class _Fake(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers["Content-Length"]))
         _Fake.reports.append((self.path, json.loads(raw), self.headers[notices.SIGNATURE_HEADER]))
-        self.send_response(202)
+        self.send_response(200 if self.path == notices.CHECKPOINT_PATH else 202)  # recorded
         self.send_header("Content-Length", "2")
         self.end_headers()
         self.wfile.write(b"{}")
@@ -556,3 +557,66 @@ def test_a_result_whose_status_write_failed_is_carried_by_the_next_write(
     written = world.cluster.last("team-a/gpu")["notices"]["checkpoints"]
     assert [(c["slot"], c["instanceId"], c["exitCode"]) for c in written] == [(1, first[1], 0)]
     assert world.events.reasons().count("CheckpointSaved") == 1
+
+
+def test_a_result_taken_in_reaches_the_status_when_the_shard_moves_for_good(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent's onNotice result is taken in by one replica, whose pool's shard then moves to
+    another replica for good before its daemon wrote it: the agent keeps sending until the
+    pool's status holds it (the replica now holding the pool writes it and answers
+    `recorded`). Before, the first replica's 202 ended the agent's reports: the result was lost."""
+    world, body, first = noticed_world(tmp_path)
+    first_replica = world.reconciler
+    key = first_replica.settings.engine.notice_key("uid-gpu")
+    monkeypatch.setattr(agent, "RETRY_SECONDS", 0.05)
+    serving: dict[str, Any] = {"replica": first_replica, "body": body}
+    answers: list[int] = []
+
+    class Operators(_Fake):
+        """The metadata service, and the notice endpoint of whichever replica holds the pool."""
+
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers["Content-Length"]))
+            code, message = 202, "replacement starting"
+            if self.path == notices.CHECKPOINT_PATH:
+                code, message = self._checkpoint(raw, self.headers[notices.SIGNATURE_HEADER])
+            answer = json.dumps({"message": message}).encode()
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def _checkpoint(self, raw: bytes, signature: str) -> tuple[int, str]:
+            replica, pool_body = serving["replica"], serving["body"]
+            code, message = replica.receive_checkpoint(raw, signature)
+            answers.append(code)
+            if replica is first_replica:  # the shard moves before its daemon wrote it
+                first_replica.drop(["uid-gpu"])
+                stored = {**body, "status": world.cluster.last("team-a/gpu")}
+                serving["replica"] = Reconciler(
+                    first_replica.settings, world.cluster, world.events, Metrics(),
+                    first_replica.engine_factory,
+                )  # fmt: skip
+                serving["body"] = stored
+            elif replica.pool(ref(pool_body)).checkpoints:  # the new holder's daemon, woken
+                run(replica.record_checkpoints(ref(pool_body)))
+            return code, message
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Operators)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    settings = agent.AgentSettings(
+        report_url=url, token=notices.slot_token(key, 1, ""), pool_uid="uid-gpu", slot=1,
+        metadata_url=url + "/md/", instance_id=first[1], interval=0.2, on_notice="exit 0",
+        on_notice_timeout=30,
+    )  # fmt: skip
+    try:
+        assert agent.run(settings) == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert answers[0] == 202  # taken in by the first replica, never written by it
+    written = world.cluster.last("team-a/gpu").get("notices", {}).get("checkpoints", [])
+    assert [(c["slot"], c["instanceId"], c["exitCode"]) for c in written] == [(1, first[1], 0)]
+    assert answers[-1] == 200 and world.events.reasons()[-1] == "CheckpointSaved"

@@ -7,12 +7,14 @@ assert what ran at once and in what order; how long it takes is bench/shard_roun
 import threading
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
+from spotpool_operator.replicas.lease import HELD_FOR, KILL_AT
 from spotpool_operator.replicas.sharding import shard_of
 from spotpool_operator.replicas.shards import NotServed, ShardLeases
 
-from spotpool.engine.fencing.processes import FencedCommand, fenced
+from spotpool.engine.fencing.processes import RUN_NICENESS, FencedCommand, fenced
 from tests.operator.lease_fakes import GATHER_TIMEOUT, FakeClock, FakeLeases, Stalling
 
 pytestmark = pytest.mark.unit
@@ -69,7 +71,7 @@ def test_every_lost_shards_runs_are_killed_at_once_on_threads_of_their_own() -> 
         api.down = True  # renewals fail from now on
         with pytest.raises(TimeoutError):
             replica.step()
-        clock.advance(D * 2 / 3 + 0.1)  # the Lease slipped away
+        clock.advance(D * KILL_AT + 0.1)  # the Lease slipped, and no renewal took it back
         assert all_killed.wait(GATHER_TIMEOUT), f"killed {sorted(killed)} of {SHARDS} shards"
     finally:
         done.set()
@@ -77,6 +79,66 @@ def test_every_lost_shards_runs_are_killed_at_once_on_threads_of_their_own() -> 
     assert sorted(killed) == list(range(SHARDS))
     assert set(killed.values()) == {f"shard-{s}-stop" for s in range(SHARDS)}
     assert not any(replica.holds(s) for s in range(SHARDS))
+
+
+def test_a_slipped_lease_renewed_late_keeps_its_runs_and_its_fence_refuses_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """A Lease that slips (renewals failing on a busy machine) and is taken back with no other
+    holder in between (the same holder, no transition): the run under way is not killed and
+    goes on under its fence, which refused every launch while the Lease was not held. Past the
+    Lease's kill_at the runs are killed (and a re-take is a new tenure: the old fence stays
+    refused)."""
+    server, clock = FakeLeases(), FakeClock()
+    api = Stalling(server)
+    replica = _replica(api, "pod-a", clock, shards=2)
+    replica.step()
+    replica.step()
+    kills: list[int] = []
+    replica.on_stop.append(lambda shard, uids: kills.append(shard))
+    command = _fake_pulumi(tmp_path)
+    uid = _uid_in(0, 2)
+    lease = replica.leases[0]
+    transitions = server.items[lease.name].spec.lease_transitions
+    with replica.operation(uid) as fence, fenced(lambda: replica.check(fence)):
+        api.down = True  # renewals fail: the Lease slips
+        replica.renew_due(replica._renewers, every=True)
+        clock.advance(D * HELD_FOR + 0.1)
+        replica.watch_once()
+        assert not replica.serves(uid) and replica._slipped == {0, 1}
+        with pytest.raises(NotServed):  # no launch while it is not held
+            command.run(["up"], str(tmp_path), {})
+        with pytest.raises(NotServed), replica.operation(uid):
+            pass  # no new operation either
+        assert list(tmp_path.glob("launched-*")) == []
+
+        api.down = False  # the renewal thread's next try lands before kill_at
+        replica.renew_due(replica._renewers)
+        replica.watch_once()
+        assert kills == [] and replica._slipped == set()  # the run under way goes on
+        assert replica.serves(uid) and replica.epoch(uid) == 1
+        assert server.items[lease.name].spec.holder_identity == replica.identity
+        assert server.items[lease.name].spec.lease_transitions == transitions
+        command.run(["up"], str(tmp_path), {})  # its fence holds again: launched
+        assert len(list(tmp_path.glob("launched-*"))) == 1
+        assert replica.metrics.transitions.labels("0", "kept")._value.get() == 1
+
+        api.down = True  # a second slip, and no renewal before kill_at: killed
+        clock.advance(D * KILL_AT + 0.1)
+        replica.watch_once()
+        deadline = time.monotonic() + GATHER_TIMEOUT
+        while sorted(set(kills)) != [0, 1] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(set(kills)) == [0, 1]
+    api.down = False  # the operation ended (killed): its shard drained
+    deadline = time.monotonic() + GATHER_TIMEOUT
+    while not replica.serves(uid) and time.monotonic() < deadline:
+        replica.step()  # the Lease still names it: taken again, a new tenure
+        time.sleep(0.01)
+    assert replica.serves(uid) and replica.epoch(uid) == 2
+    with pytest.raises(NotServed):  # the killed tenure's fence stays refused
+        replica.check(fence)
+    assert len(list(tmp_path.glob("launched-*"))) == 1
 
 
 def test_a_shard_given_up_stays_held_until_its_operation_ends_and_launches_nothing_meanwhile(
@@ -166,3 +228,43 @@ def _fake_pulumi(tmp_path: Path) -> FencedCommand:
     script.write_text(f'#!/bin/sh\ntouch "{tmp_path}/launched-$$"\n')
     script.chmod(0o755)
     return FencedCommand(root=str(root))
+
+
+def test_a_renewal_waits_for_its_answer_until_the_runs_would_be_killed() -> None:
+    """A renewal counts from when it was sent: on a slow API server it waits for its answer
+    until kill_at rather than giving up after a short timeout (a renewal that timed out often
+    lands all the same, and the next one then conflicts)."""
+
+    class Timed(FakeLeases):
+        timeouts: ClassVar[list[float]] = []
+
+        def replace_namespaced_lease(self, name: str, namespace: str, body: object,
+                                     **kwargs: float) -> object:  # fmt: skip
+            self.timeouts.append(kwargs["_request_timeout"])
+            return super().replace_namespaced_lease(name, namespace, body)
+
+    server, clock = Timed(), FakeClock()
+    replica = _replica(server, "pod-a", clock, shards=1)
+    replica.step()
+    replica.step()
+    lease = replica.leases[0]
+    clock.advance(D / 6)  # due
+    server.timeouts.clear()
+    replica.renew_due(replica._renewers)
+    assert server.timeouts == [pytest.approx(D * (KILL_AT - 1 / 6))]
+    assert lease.timeout < server.timeouts[0]
+
+
+def test_a_pulumi_run_starts_at_a_lower_priority_than_the_replica(tmp_path: Path) -> None:
+    """The CLI (and its plugins) run at RUN_NICENESS: a replica at its CPU limit renews its
+    Leases before it runs Pulumi."""
+    root = tmp_path / "pulumi"
+    (root / "bin").mkdir(parents=True)
+    script = root / "bin" / "pulumi"
+    script.write_text(f'#!/bin/sh\nnice > "{tmp_path}/niceness"\n')
+    script.chmod(0o755)
+    command = FencedCommand(root=str(root))
+    launched = threading.Thread(target=command.run, args=(["up"], str(tmp_path), {}))
+    launched.start()
+    launched.join()
+    assert int((tmp_path / "niceness").read_text()) == RUN_NICENESS

@@ -106,6 +106,9 @@ class PoolState:
     status_writer: dict[str, Any] | None = None
     # onNotice results taken in and not yet in the status (the daemon writes them, with Events)
     checkpoints: list[Checkpoint] = field(default_factory=list)
+    # the instances whose onNotice result a status written (or read) holds: answered `recorded`
+    written_checkpoints: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.noticed = self.noticed or {n.slot: n for n in self.status.notices.accepted}
+        self.written_checkpoints |= {c.instance_id for c in self.status.notices.checkpoints}

@@ -188,6 +188,7 @@ class PoolBook(EngineCalls):
                 self.cluster.patch_status, ref.namespace, ref.name, render.to_patch(status), fence
             )
             pool.status_writer = stored or pool.status_writer
+            pool.written_checkpoints |= {c.instance_id for c in status.notices.checkpoints}
         except StaleWrite as stale:  # a newer holder of the shard wrote: its status stands
             pool.status_writer = stale.seen
             ref.logger.info("status not written: %s", stale)

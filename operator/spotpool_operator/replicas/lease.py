@@ -12,11 +12,19 @@ No two nodes' clocks are ever compared (as client-go's leader election): another
 Lease expires when this process has seen it unchanged for its duration; this process holds
 its own Lease for two thirds of the duration after it *sent* its last successful renewal —
 the renewal reached the API server after that, and anyone else saw it later still, so its
-runs are dead a third of the duration before anyone may take over. Both are timed on this
+runs are stopped a third of the duration before anyone may take over. Both are timed on this
 process's `lease_clock` (CLOCK_BOOTTIME), which counts while a VM is paused or suspended: a
 replica that wakes from a pause longer than its margin no longer holds. The times written
 into the Lease (`renewTime`, `acquireTime`) are for people (`spotpool shards`); nothing
 decides on them.
+
+A Lease that slipped (not renewed within two thirds of the duration: no new write is made under
+it) is not lost yet: until five sixths of the duration after the last renewal sent (`kill_at`),
+no one else can have taken it, so a renewal that comes late, over the Lease as this process
+last wrote it (the same holder, no transition in between), takes it back with the runs under
+way. Past `kill_at` the runs are stopped, a sixth of the duration before anyone may take over.
+Renewals are due every sixth of the duration (`renewal_due`): half of the duration ahead of a
+slip, retried at once when one fails.
 """
 
 import asyncio
@@ -67,6 +75,11 @@ def wall_clock() -> datetime:
         with contextlib.suppress(OSError, ValueError):
             offset += float(Path(jumps).read_text().strip() or 0)
     return datetime.now(UTC) + timedelta(seconds=offset)
+
+
+RENEW_EVERY = 1 / 6  # of the duration: a renewal is due this long after the last one sent
+HELD_FOR = 2 / 3  # of the duration after the last renewal sent: writes are made under it
+KILL_AT = 5 / 6  # of the duration after the last renewal sent: a slipped Lease's runs stopped
 
 
 def request_timeout(duration: float) -> float:
@@ -143,7 +156,26 @@ class OperatorLease:
     def held_until(self) -> float:
         """The monotonic time this process stops holding the Lease unless it renews it."""
         renewed = self._renewed
-        return float("-inf") if renewed is None else renewed + self.duration * 2 / 3
+        return float("-inf") if renewed is None else renewed + self.duration * HELD_FOR
+
+    def kill_at(self) -> float:
+        """The monotonic time a slipped Lease's runs must be stopped by unless a renewal takes
+        it back: a sixth of the duration before anyone else may take the Lease over."""
+        renewed = self._renewed
+        return float("-inf") if renewed is None else renewed + self.duration * KILL_AT
+
+    def ours(self) -> bool:
+        """Held, or slipped but not past `kill_at`: a renewal may still take it back."""
+        return self.kill_at() > self.monotonic()
+
+    def renewal_due(self) -> bool:
+        """Ours, and a sixth of the duration since the last renewal was sent."""
+        renewed = self._renewed
+        return (
+            renewed is not None
+            and self.ours()
+            and self.monotonic() >= renewed + self.duration * RENEW_EVERY
+        )
 
     def acquired_at(self) -> datetime:
         return self._acquired or datetime.max.replace(tzinfo=UTC)
@@ -209,24 +241,41 @@ class OperatorLease:
         return True
 
     def renew(self) -> bool:
-        """Renew the Lease this process holds, in one request (the Lease as this process last
-        wrote it: no read first). False: not held, or changed by someone else (409: the next
-        round reads it)."""
+        """Renew the Lease this process holds (or held until it slipped), in one request: over
+        the Lease as this process last wrote it, no read first; after a refusal, read first and
+        renewed only if no one else held it since (the same holder, no transition). False: not
+        ours, or changed by someone else (409: the next try reads it)."""
         lease, sent = self._last, self.monotonic()
-        if lease is None or self._renewed is None:
+        if self._renewed is None:
             return False
+        # A renewal counts from when it was sent, so it may wait for its answer until the runs
+        # would be killed anyway: on a slow API server a short timeout only gives up on a
+        # renewal that then lands all the same (and makes the next one conflict).
+        timeout = max(self.timeout, self.kill_at() - sent)
         try:
-            return self._renew(lease, sent)
+            if lease is None:  # refused last time: read it; renewed only if still ours
+                lease = self.api.read_namespaced_lease(
+                    self.name, self.namespace, _request_timeout=timeout
+                )
+                self.observed.see(lease)
+                spec = lease.spec
+                if spec.holder_identity != self.identity or (
+                    (spec.lease_transitions or 0) != self.transitions
+                ):
+                    if spec.holder_identity:  # another holder in between: lost at once
+                        self.drop()
+                    return False
+            return self._renew(lease, sent, timeout)
         except kubernetes.client.ApiException as error:
             if error.status in (404, 409):
                 self._last = None
                 return False
             raise
 
-    def _renew(self, lease: Any, sent: float) -> bool:
+    def _renew(self, lease: Any, sent: float, timeout: float | None = None) -> bool:
         lease.spec.renew_time = self.clock()
         self._last = self.api.replace_namespaced_lease(
-            self.name, self.namespace, lease, _request_timeout=self.timeout
+            self.name, self.namespace, lease, _request_timeout=timeout or self.timeout
         )
         self.observed.see(self._last)
         self._renewed = sent

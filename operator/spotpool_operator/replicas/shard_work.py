@@ -45,6 +45,7 @@ class ShardWork:
     def _init_work(self, shards: int) -> None:
         self._stopped: set[int] = set(range(shards))  # shards whose work is stopped
         self._draining: set[int] = set()  # stopped, with runs being killed (a thread each)
+        self._slipped: set[int] = set()  # served, the Lease slipped, the runs kept so far
         self._inflight = [0] * shards
         self._known: dict[str, tuple[int, str]] = {}  # pool uid -> (shard, stack name)
         self._lock = threading.RLock()
@@ -101,9 +102,14 @@ class ShardWork:
                 self._inflight[shard] -= 1
 
     def check(self, fence: Fence) -> None:
-        """Right before a Pulumi CLI launch: the operation's shard is still held, in the same
-        epoch (not lost and re-taken meanwhile), for long enough to be killed in time."""
-        if not self.holds(fence.shard) or self._epochs[fence.shard] != fence.epoch:
+        """Right before a Pulumi CLI launch or a write: the operation's shard is held now (not
+        slipped), in the same epoch (not lost and re-taken meanwhile) and under the same fencing
+        token (no other holder in between)."""
+        if (
+            not self.holds(fence.shard)
+            or self._epochs[fence.shard] != fence.epoch
+            or self.leases[fence.shard].transitions != fence.token
+        ):
             raise NotServed(
                 f"shard {fence.shard} (token {fence.token}) is no longer held by this replica"
             )
@@ -114,6 +120,7 @@ class ShardWork:
             if shard in self._stopped:
                 return False
             self._stopped.add(shard)
+            self._slipped.discard(shard)
         self.metrics.transitions.labels(str(shard), event).inc()
         self.metrics.held.labels(str(shard)).set(0)
         self.metrics.pools.labels(str(shard)).set(0)

@@ -10,12 +10,17 @@ A round's requests go out in parallel, each with a short timeout (lease.py): the
 the shards held, the membership and the listing in one go, so a slow API server costs a round
 one request's time, not eighteen.
 
-A replica serves a pool only while it holds the pool's shard (`serves`). The moment a shard
-slips away (not renewed in time: lease.py says when, on this replica's monotonic clock) its
-work stops: no new operation starts and no Pulumi CLI is launched (`check`, run before every
-launch with the operation's `Fence`), and the running runs of its stacks are killed with their
-plugins (`on_stop`) by a thread of the shard's own — a watcher thread notices the slip within
-a fifth of a second, well before anyone else may take the shard over. A shard given up to
+A replica serves a pool only while it holds the pool's shard (`serves`). The renewals have a
+thread of their own (`_renew_loop`), apart from the rounds and the event loop, due every sixth
+of the duration and retried at once when one fails, so a busy process still renews half a
+duration ahead of a slip. The moment a shard slips (not renewed in time: lease.py says when, on
+this replica's monotonic clock) no new operation starts and no Pulumi CLI is launched (`check`,
+run before every launch and every write with the operation's `Fence`); a renewal that comes
+late, with no other holder in between, takes the shard back with its runs under way (their
+writes were never at risk: no one else could hold it). At the Lease's `kill_at`, a sixth of the
+duration before anyone else may take the shard over, the running runs of its stacks are killed
+with their plugins (`on_stop`) by a thread of the shard's own — a watcher thread notices within
+a fifth of a second. A shard given up to
 rebalance is stopped the same way and released only once none of its operations is left;
 until then its Lease is renewed. Each shard Lease records its holders' hostnames, so the next
 holder breaks exactly the locks those runs left (engine/fencing/ownership.py, through `view`); and
@@ -148,6 +153,10 @@ class ShardLeases(ShardWork):
         self._requests = concurrent.futures.ThreadPoolExecutor(
             max_workers=min(8, shards + 2), thread_name_prefix="lease"
         )
+        # The renewal thread's requests: never queued behind a round's listing or acquisitions.
+        self._renewers = concurrent.futures.ThreadPoolExecutor(
+            max_workers=min(8, shards), thread_name_prefix="lease-renew"
+        )
         self._wakers = [asyncio.Event() for _ in range(shards)]
         self._loop: asyncio.AbstractEventLoop | None = None
         self.first_step = threading.Event()
@@ -205,30 +214,47 @@ class ShardLeases(ShardWork):
 
     # --- holding the Leases ------------------------------------------------------------------
 
-    def step(self) -> None:
-        """One round (blocking; in the renewal thread): renew the membership and the shards
-        held, and list the Leases, all at once; then acquire or give up shards as the
-        assignment says. Stopping a shard's work is handed to a thread of its own."""
+    def step(self, renew: bool = True) -> None:
+        """One round (blocking; in the rounds' thread): renew the membership, and the shards
+        held unless the renewal thread does (`renew` False), and list the Leases, all at once;
+        then acquire or give up shards as the assignment says. Stopping a shard's work is
+        handed to a thread of its own."""
         submit = self._requests.submit
         member = submit(self._renew_member)
         listed = submit(
             self.api.list_namespaced_lease, self.namespace, _request_timeout=self.timeout
         )
-        renewals = {
-            shard: submit(self._locked, shard, lease.renew)
-            for shard, lease in enumerate(self.leases)
-            if lease.held()
-        }
-        for shard, renewal in renewals.items():
-            with contextlib.suppress(Exception):  # a slow or failed renewal: held() runs out
-                if not renewal.result():
-                    log.info("shard %d: renewal refused, reading its Lease again", shard)
+        if renew:
+            self.renew_due(self._requests, every=True)
         with contextlib.suppress(Exception):
             member.result()
         listing = {item.metadata.name: item for item in listed.result().items}
-        self._plan(listing, renewed={s for s, r in renewals.items() if _done_true(r)})
+        self._plan(listing, renewed={s for s, lease in enumerate(self.leases) if lease.held()})
         self._note_acquired()
         self.first_step.set()
+
+    def renew_due(self, pool: concurrent.futures.ThreadPoolExecutor, every: bool = False) -> None:
+        """Renew at once (in `pool`'s threads) the shards' Leases that are this replica's (held,
+        or slipped and not past their `kill_at`) and due for a renewal (`every`: all of them)."""
+        renewals = {
+            shard: pool.submit(self._locked, shard, lease.renew)
+            for shard, lease in enumerate(self.leases)
+            if (lease.ours() if every else lease.renewal_due())
+        }
+        for shard, renewal in renewals.items():
+            with contextlib.suppress(Exception):  # a slow or failed renewal: tried again
+                if not renewal.result():
+                    log.info("shard %d: renewal refused, reading its Lease again", shard)
+
+    def _renew_loop(self, done: threading.Event) -> None:
+        """The renewals' own thread: every thirtieth of the duration, renew what is due (a
+        failed renewal is due again at once)."""
+        tick = max(0.05, self.duration / 30)
+        while not done.wait(tick):
+            try:
+                self.renew_due(self._renewers)
+            except Exception:  # keep renewing whatever one round of them met
+                log.exception("renewing the shard Leases")
 
     def _plan(self, listing: dict[str, Any], renewed: set[int]) -> None:
         members = {self.identity}
@@ -357,23 +383,28 @@ class ShardLeases(ShardWork):
                 self.member.name, self.namespace, _request_timeout=self.timeout
             )
         self._requests.shutdown(wait=False, cancel_futures=True)
+        self._renewers.shutdown(wait=False, cancel_futures=True)
 
     # --- the loops ---------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Keep the shards until cancelled: a round every third of the duration, and a watcher
-        thread that stops a shard the moment its Lease slips away (renewals failing)."""
+        """Keep the shards until cancelled: a round every third of the duration, a renewal
+        thread, and a watcher thread that stops a shard's launches the moment its Lease slips
+        and kills its runs at the Lease's `kill_at` unless a renewal took it back."""
         self._loop = loop = asyncio.get_running_loop()
         watching = threading.Event()
         watcher = threading.Thread(target=self._watch, args=(watching,), name="shard-watch",
                                    daemon=True)  # fmt: skip
         watcher.start()
+        renewer = threading.Thread(target=self._renew_loop, args=(watching,), name="lease-renew",
+                                   daemon=True)  # fmt: skip
+        renewer.start()
         renewals = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shard-rounds")
         try:
             while True:
                 started = time.monotonic()
                 try:
-                    await loop.run_in_executor(renewals, self.step)  # own thread
+                    await loop.run_in_executor(renewals, partial(self.step, renew=False))
                 except Exception as error:  # a conflict or a blip: `held()` runs out on its own
                     log.warning("shard Leases: %s", _short(error))
                 # A round every third of the duration, however long the renewals took.
@@ -383,17 +414,38 @@ class ShardLeases(ShardWork):
             renewals.shutdown(wait=False)
 
     def _watch(self, done: threading.Event) -> None:
-        """Every fifth of a second: any shard served whose Lease slipped away is stopped, every
-        such shard at once, each on a thread of its own."""
+        """Every fifth of a second, `watch_once`; the pools counted every half second."""
         counted = 0.0
         while not done.wait(WATCH_EVERY):
-            for shard, lease in enumerate(self.leases):
-                if shard not in self._stopped and not lease.held() and self._halt(shard, "lost"):
-                    log.warning("lost shard %d (Lease %s): stopping its work", shard, lease.name)
-                    self._drain_soon(shard, release=False)
+            self.watch_once()
             if time.monotonic() - counted > 0.5:
                 counted = time.monotonic()
                 self._count_pools()
+
+    def watch_once(self) -> None:
+        """A served shard whose Lease slipped launches nothing more (its fence refuses: not
+        held); one past its `kill_at` is stopped, its runs killed on a thread of its own (every
+        such shard at once); one renewed in time again goes on with its runs."""
+        for shard, lease in enumerate(self.leases):
+            if shard in self._stopped:
+                continue
+            if lease.held():
+                if shard in self._slipped:
+                    self._slipped.discard(shard)
+                    log.warning("shard %d: Lease %s renewed late, no other holder in between: "
+                                "its runs go on", shard, lease.name)  # fmt: skip
+                    self.metrics.transitions.labels(str(shard), "kept").inc()
+                continue
+            if not lease.ours():
+                if self._halt(shard, "lost"):
+                    log.warning("lost shard %d (Lease %s): stopping its work", shard, lease.name)
+                    self._drain_soon(shard, release=False)
+            elif shard not in self._slipped:
+                self._slipped.add(shard)
+                log.warning("shard %d: Lease %s slipped (renewal late): no new launch; its "
+                            "runs are killed in %.1f s unless it is renewed", shard, lease.name,
+                            lease.kill_at() - lease.monotonic())  # fmt: skip
+                self.metrics.transitions.labels(str(shard), "slipped").inc()
 
     def _replicas_changed(self, count: int) -> None:
         for callback in self.on_replicas:
@@ -407,10 +459,6 @@ class ShardLeases(ShardWork):
     def call_soon(self, callback: Callable[[], Any]) -> None:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(callback)
-
-
-def _done_true(future: "concurrent.futures.Future[bool]") -> bool:
-    return future.done() and future.exception() is None and bool(future.result())
 
 
 def _short(error: BaseException) -> str:

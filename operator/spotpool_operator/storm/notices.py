@@ -122,7 +122,11 @@ class Notices(PoolWork):
         """An agent's report of its onNotice command: checked like a notice (the slot's and
         generation's token; the instance the status lists in that slot, or the one a surge or
         an accepted notice of that slot replaces), then written to status.notices.checkpoints
-        and posted as an Event by the pool's daemon (the pool's lock may be held by an up)."""
+        and posted as an Event by the pool's daemon (the pool's lock may be held by an up).
+
+        200 `recorded` only once a status holding the result was written (or read from the
+        cluster): until then 202, and the agent sends it again, so a result taken in by a
+        replica whose shard then moves to another for good reaches the new holder."""
         try:
             report = CheckpointReport.model_validate_json(body)
         except ValidationError as error:
@@ -147,10 +151,12 @@ class Notices(PoolWork):
             or (noticed is not None and noticed.instance_id == report.instance_id)
         ):  # fmt: skip
             return 409, f"{report.instance_id} is not the noticed instance of slot {report.slot}"
+        if report.instance_id in pool.written_checkpoints:
+            return 200, "recorded"
         if report.instance_id in {
             c.instance_id for c in [*pool.status.notices.checkpoints, *pool.checkpoints]
-        }:
-            return 200, "already recorded"
+        }:  # the agent sends it again until it reads `recorded` (200)
+            return 202, "taken in, not yet in the pool's status: send it again"
         entry = Checkpoint(
             slot=report.slot,
             instance_id=report.instance_id,
@@ -161,7 +167,7 @@ class Notices(PoolWork):
         )
         pool.checkpoints.append(entry)
         pool.wake.set()
-        return 202, "recorded"
+        return 202, "taken in, not yet in the pool's status: send it again"
 
     async def record_checkpoints(self, ref: PoolRef) -> None:
         """Write the onNotice results taken in to status.notices.checkpoints (the last 10) and

@@ -25,6 +25,9 @@ from spotpool.toolchain.paths import cache_root
 
 REPOSITORY = "localhost/spotpool-operator"
 SOURCE = "https://github.com/spotpool/spotpool"
+# The image's budget, in bytes as `podman image inspect` counts them (uncompressed, every layer):
+# tests/e2e/test_image_size.py fails the test command past it (docs/deploy.md, "Size").
+SIZE_BUDGET = 500_000_000
 # Where a proxy's CA usually is; it reaches the build as a secret, never as a layer.
 DEFAULT_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
@@ -70,6 +73,17 @@ def image_with_inputs(inputs: str) -> str | None:
     )
     ids = done.stdout.split()
     return ids[0] if done.returncode == 0 and ids else None
+
+
+def image_size(reference: str) -> int:
+    """The image's size in bytes, as `podman image inspect` reports it."""
+    done = subprocess.run(
+        ["podman", "image", "inspect", "--format", "{{.Size}}", reference],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(done.stdout.strip())
 
 
 def _image_id(reference: str) -> str:
@@ -155,7 +169,8 @@ def build(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     seconds = time.monotonic() - started
-    say(f"{reference} built in {seconds:.0f} s")
+    size = image_size(reference)
+    say(f"{reference} built in {seconds:.0f} s: {size / 1e6:.0f} MB of {SIZE_BUDGET / 1e6:.0f}")
     if keep:
         prune(say, keep, spare=_image_id(reference))
     return Image(reference, inputs, revision, True, seconds)

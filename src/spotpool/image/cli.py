@@ -40,7 +40,7 @@ def build_command(
         "--keep",
         min=0,
         help="after the build, remove all but this many of the newest images it made "
-        "(each is ~1.1 GB); 0 keeps every one",
+        "(each is ~0.5 GB); 0 keeps every one",
     ),
 ) -> None:
     """Build the operator image (localhost/spotpool-operator:<version>), installing buildah and

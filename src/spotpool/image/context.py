@@ -27,9 +27,9 @@ CONTEXT_PATHS = (
     "operator/entrypoint.sh",
 )
 SKIPPED = ("__pycache__", ".mypy_cache", ".pytest_cache")
-# The pinned tools in the image: the CLI, its Python language host (with the shim beside it),
-# and the one resource plugin the stack program uses.
-IMAGE_TOOLS = ("pulumi", "pulumi-language-python", "pulumi-resource-tencentcloud")
+# The pinned tools in the image: the CLI and the one resource plugin the stack program uses.
+# No language host: the engine runs the stack program inline (engine/runs/program.py).
+IMAGE_TOOLS = ("pulumi", "pulumi-resource-tencentcloud")
 
 
 class ContextError(RuntimeError):
@@ -65,8 +65,8 @@ def stage_context(root: Path, into: Path) -> list[Path]:
 
 
 def stage_tools(into: Path) -> None:
-    """The pinned tools as the image lays them out: bin/ (the CLI and the language host with
-    its shim; real files, not the cache's links) and plugins/ (the registered plugin folder, so
+    """The pinned tools as the image lays them out: bin/ (the CLI; real files, not the cache's
+    links) and plugins/ (the registered plugin folder, so
     Pulumi finds it where it looks and never downloads one)."""
     shutil.rmtree(into, ignore_errors=True)
     (into / "bin").mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""Old operator images out of local storage: every build of new inputs leaves a 1.1 GB image
+"""Old operator images out of local storage: every build of new inputs leaves a ~0.5 GB image
 behind (a fresh clone, a new commit), so after a build only the newest few are kept."""
 
 import json

@@ -2,7 +2,8 @@
 (404 until the cloud schedules a reclaim, then a UTC+8 `YYYY-MM-DD HH:MM:SS`) and report it
 once to the operator, signed with this slot's token; then exit. With an onNotice command
 (`SPOTPOOL_ON_NOTICE_B64`), the agent starts it the moment the notice comes, reports the notice
-while it runs, and reports its exit code and duration when it ends (a second signed report).
+while it runs, and reports its exit code and duration when it ends (a second signed report),
+sent again until the operator answers that the pool's status holds it (`recorded`, 200).
 
 Standard library only, so this one file also runs on its own (`python3 agent.py`, settings in
 the environment) on an image that has Python but not the spotpool package. The report's wire
@@ -29,7 +30,14 @@ log = logging.getLogger("spotpool.notice-agent")
 METADATA_URL = "http://metadata.tencentyun.com/latest/meta-data/"
 REPORT_PATH = "/v1/notices"
 CHECKPOINT_PATH = "/v1/checkpoints"
-CHECKPOINT_GIVE_UP = 60.0  # seconds to keep retrying the command's report (the instance goes)
+# Seconds to keep sending the command's result until the operator answers `recorded` (the
+# instance goes at its termination time anyway): long enough for the pool's shard to move to
+# another replica (a Lease duration) and its new holder to write it.
+CHECKPOINT_GIVE_UP = 180.0
+# The operator's answer once a status holding the result is written; 202: taken in, not yet
+# written (the replica may lose the pool before it writes it): sent again.
+RECORDED = 200
+TAKEN_NOT_WRITTEN = 202
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of a command past its timeout
 SIGNATURE_HEADER = "X-Spotpool-Signature"
 RETRY_SECONDS = 2.0
@@ -218,15 +226,16 @@ def finish_command(
     return CommandResult(process.returncode, time.monotonic() - started, timed_out)
 
 
-def _deliver(send: "Sender", give_up_after: float, what: str) -> int:
-    """Send until the operator takes it (0), refuses it for good (2) or time is up (1)."""
+def _deliver(send: "Sender", give_up_after: float, what: str, again: tuple[int, ...] = ()) -> int:
+    """Send until the operator takes it (0), refuses it for good (2) or time is up (1).
+    `again`: answers of success that still ask for the report again (not yet written)."""
     deadline = time.monotonic() + give_up_after
     while True:
         try:
             code, message = send()
         except OSError as error:
             code, message = 0, f"operator not reachable ({error})"
-        if 200 <= code < 300:
+        if 200 <= code < 300 and code not in again:
             log.info("%s reported: %s", what, message)
             return 0
         if 400 <= code < 500 and code not in RETRIED:
@@ -235,7 +244,10 @@ def _deliver(send: "Sender", give_up_after: float, what: str) -> int:
         if time.monotonic() > deadline:
             log.error("gave up reporting the %s: %s", what, message)
             return 1
-        log.warning("%s report not taken (%s %s); retrying", what, code or "-", message)
+        if code in again:
+            log.info("%s taken, not yet recorded (%s); sending it again", what, message)
+        else:
+            log.warning("%s report not taken (%s %s); retrying", what, code or "-", message)
         time.sleep(RETRY_SECONDS)
 
 
@@ -279,6 +291,7 @@ def run(settings: AgentSettings, sleep: float | None = None) -> int:
             lambda: report_checkpoint(settings, instance_id, result),
             CHECKPOINT_GIVE_UP,
             "onNotice result",
+            again=(TAKEN_NOT_WRITTEN,),  # until the pool's status holds it
         )
     return code
 
