@@ -106,6 +106,8 @@ class PoolState:
     status_writer: dict[str, Any] | None = None
     # onNotice results taken in and not yet in the status (the daemon writes them, with Events)
     checkpoints: list[Checkpoint] = field(default_factory=list)
+    # Why a SpotpoolAccessPolicy's limit holds the pool below its desired count ("": it does not)
+    limit_note: str = ""
 
     def __post_init__(self) -> None:
         self.noticed = self.noticed or {n.slot: n for n in self.status.notices.accepted}
