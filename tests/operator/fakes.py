@@ -223,9 +223,7 @@ class FakeCluster:
             data = self.secrets[(namespace, name)]
         except KeyError:
             raise SecretNotFound(f"Secret {namespace}/{name} not found") from None
-        if (namespace, name) in self.unconsenting:
-            return SecretRead({})
-        return SecretRead(data, consents=True)
+        return SecretRead(data, consents=(namespace, name) not in self.unconsenting)
 
     def access_policies(self) -> list[NamedPolicy]:
         return list(self.policies)

@@ -170,11 +170,6 @@ class KubeCluster:
         )
         return cast(list[dict[str, Any]], listed.get("items") or [])
 
-    def list_namespaces(self) -> dict[str, dict[str, str]]:
-        """Name -> labels of every namespace."""
-        found: Any = self._core.list_namespace(_request_timeout=60)
-        return {str(n.metadata.name): dict(n.metadata.labels or {}) for n in found.items}
-
     def patch_policy_status(self, name: str, status: dict[str, Any]) -> None:
         self._custom.patch_cluster_custom_object_status(
             GROUP,
@@ -242,10 +237,8 @@ class KubeCluster:
                 ) from None
             raise
         meta: Any = secret.metadata
-        if not consents(meta.labels or {}, meta.annotations or {}):
-            return SecretRead({})  # its data is not taken: the pool may not use it
         data = {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
-        return SecretRead(data, consents=True)
+        return SecretRead(data, consents(meta.labels or {}, meta.annotations or {}))
 
     def patch_status(
         self, namespace: str, name: str, status: dict[str, Any], fence: Fence | None = None

@@ -33,8 +33,8 @@ def write_once(cluster: KubeCluster, namespaces: list[str] | None, written: dict
     policies = cluster.access_policies()
     if not policies:
         return
-    labels = cluster.list_namespaces()
     pools = [(ns, *pool_use(pool)) for ns, pool in cluster.all_pools(namespaces)]
+    labels = {ns: cluster.namespace_labels(ns) for ns in {ns for ns, _, _ in pools}}
     for policy in policies:
         status = policy_status(policy, labels, pools).model_dump(mode="json", by_alias=True)
         if written.get(policy.name) == status:
