@@ -35,9 +35,12 @@ def test_an_up_and_a_storm_longer_than_a_keys_life_without_one_refused_call(
 ) -> None:
     namespace = world.namespace()
     name = f"e2e-lifetime-{namespace}"
-    policy: dict[str, object] = {"apiVersion": "devops.jokerbai.com/v1", "kind": "SpotpoolAccessPolicy",
-              "metadata": {"name": name},
-              "spec": {"namespaces": {"names": [namespace]}, "roles": [ROLE_B]}}  # fmt: skip
+    policy: dict[str, object] = {
+        "apiVersion": "devops.jokerbai.com/v1",
+        "kind": "SpotpoolAccessPolicy",
+        "metadata": {"name": name},
+        "spec": {"namespaces": {"names": [namespace]}, "roles": [ROLE_B]},
+    }
     world.kube.ok("apply", "-f", "-", stdin=json.dumps(policy))  # the namespace may use ROLE_B
     try:
         _storm(world, namespace)
