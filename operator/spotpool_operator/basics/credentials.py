@@ -95,7 +95,7 @@ def resolve(
             raise PoolProblem("OperatorIdentityMissing", NO_OPERATOR_IDENTITY, permanent=True)
         base = _from_sts(lambda: cache.web_identity(web, endpoint), web.role.role_arn)
     else:
-        base = _keys(cluster, namespace, spec, access)
+        base = _keys(cluster, namespace, spec, access if enforce else None)
     if spec.assume_role is None:
         return base
     external = access.external_id()
@@ -118,7 +118,9 @@ def _from_sts(obtain: Callable[[], Credentials], role_arn: str) -> Credentials:
         ) from None
 
 
-def _keys(cluster: Cluster, namespace: str, spec: SpotpoolSpec, access: Access) -> Credentials:
+def _keys(
+    cluster: Cluster, namespace: str, spec: SpotpoolSpec, access: Access | None
+) -> Credentials:
     ref = spec.credentials_secret_ref
     if ref is None:
         if spec.secret_id is None or spec.secret_key is None:
@@ -146,15 +148,16 @@ def _keys(cluster: Cluster, namespace: str, spec: SpotpoolSpec, access: Access) 
 
 
 def _usable(
-    cluster: Cluster, namespace: str, name: str, access: Access, field: str
+    cluster: Cluster, namespace: str, name: str, access: Access | None, field: str
 ) -> dict[str, bytes]:
     """The data of a Secret the pool may use; one answer for a Secret that is missing, not
-    readable or not opted in, so that a refusal tells nobody which Secrets exist."""
+    readable or not opted in, so that a refusal tells nobody which Secrets exist. Without
+    `access` (deleting: the keys a pool was made with may clean it up) consent is not asked."""
     try:
         found: SecretRead | None = cluster.read_secret(namespace, name)
     except SecretNotFound:
         found = None
-    if found is not None and (found.consents or access.secret_allowed(name)):
+    if found is not None and (access is None or found.consents or access.secret_allowed(name)):
         return found.data
     raise PoolProblem(
         "SecretNotFound",

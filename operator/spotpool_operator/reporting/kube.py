@@ -48,6 +48,10 @@ class PoolUse:
     instance_types: list[str] = field(default_factory=list)
 
 
+NO_POLICY_RIGHTS = (
+    "the operator may not read SpotpoolAccessPolicies or namespaces: apply this release's RBAC "
+    "(the chart's rbac.yaml; docs/deploy.md, 'What the operator may do, and why')"
+)
 POLICY_TTL = 5.0  # policies and namespace labels are read again after this many seconds
 
 
@@ -118,6 +122,8 @@ class KubeCluster:
         except kubernetes.client.ApiException as error:
             if error.status == 404:  # the CRD is not installed: no policy, the defaults
                 return []
+            if error.status == 403:
+                raise PermissionError(NO_POLICY_RIGHTS) from None
             raise
         policies = []
         for item in listed.get("items") or []:
@@ -135,7 +141,12 @@ class KubeCluster:
 
     def namespace_labels(self, namespace: str) -> dict[str, str]:
         def read() -> dict[str, str]:
-            found: Any = self._core.read_namespace(namespace, _request_timeout=30)
+            try:
+                found: Any = self._core.read_namespace(namespace, _request_timeout=30)
+            except kubernetes.client.ApiException as error:
+                if error.status == 403:
+                    raise PermissionError(NO_POLICY_RIGHTS) from None
+                raise
             return dict(found.metadata.labels or {})
 
         return cast(dict[str, str], self._cache(f"namespace:{namespace}", read))
