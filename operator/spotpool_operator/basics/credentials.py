@@ -79,15 +79,14 @@ def resolve(
     spec: SpotpoolSpec,
     endpoint: str | None = None,
     cache: CredentialCache = CREDENTIALS,
-    enforce: bool = True,
 ) -> Credentials:
     """The credentials to run pool `namespace/name`'s operations with, or a PoolProblem saying
-    what is wrong. A credentialsSecretRef wins over inline keys when both are set. With
-    `enforce` false (deleting: what it ran as may clean up what it made), the policies'
-    grants are not checked; their external id and the session name still are what is sent."""
+    what is wrong. A credentialsSecretRef wins over inline keys when both are set. Deleting
+    asks too: a refused pool is deleted with the keys it last ran with here, or, with none,
+    only when it holds no instance (deletion.py)."""
     access = access_of(cluster, namespace)
     refused = refusal(access, spec)
-    if refused is not None and enforce:
+    if refused is not None:
         raise PoolProblem(refused.reason, refused.message)
     if spec.use_operator_identity:
         web = WebIdentity.from_env()
@@ -95,7 +94,7 @@ def resolve(
             raise PoolProblem("OperatorIdentityMissing", NO_OPERATOR_IDENTITY, permanent=True)
         base = _from_sts(lambda: cache.web_identity(web, endpoint), web.role.role_arn)
     else:
-        base = _keys(cluster, namespace, spec, access if enforce else None)
+        base = _keys(cluster, namespace, spec, access)
     if spec.assume_role is None:
         return base
     external = access.external_id()
@@ -118,9 +117,7 @@ def _from_sts(obtain: Callable[[], Credentials], role_arn: str) -> Credentials:
         ) from None
 
 
-def _keys(
-    cluster: Cluster, namespace: str, spec: SpotpoolSpec, access: Access | None
-) -> Credentials:
+def _keys(cluster: Cluster, namespace: str, spec: SpotpoolSpec, access: Access) -> Credentials:
     ref = spec.credentials_secret_ref
     if ref is None:
         if spec.secret_id is None or spec.secret_key is None:
@@ -148,11 +145,10 @@ def _keys(
 
 
 def _usable(
-    cluster: Cluster, namespace: str, name: str, access: Access | None, field: str
+    cluster: Cluster, namespace: str, name: str, access: Access, field: str
 ) -> dict[str, bytes]:
     """The data of a Secret the pool may use; one answer for a Secret that is missing, not
-    readable or not opted in, so that a refusal tells nobody which Secrets exist. Without
-    `access` (deleting: the keys a pool was made with may clean it up) consent is not asked."""
+    readable or not opted in, so that a refusal tells nobody which Secrets exist."""
     try:
         found: SecretRead | None = cluster.read_secret(namespace, name)
     except SecretNotFound:

@@ -130,7 +130,6 @@ class Deletion(PoolWork):
                 ref.name,
                 spec,
                 self.settings.engine.cloud_endpoint,
-                enforce=False,
             )
             return credentials, None
         except (PoolProblem, ValidationError) as error:
