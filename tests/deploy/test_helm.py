@@ -130,6 +130,8 @@ def test_names_follow_name_and_fullname_overrides_never_the_release() -> None:
             "ClusterRoleBinding/pools-spotpool-system-scan",
             "Role/spotpool-system/pools-lease", "RoleBinding/spotpool-system/pools-lease",
             "Role/team-a/pools", "RoleBinding/team-a/pools",
+            "ValidatingAdmissionPolicy/pools-spotpool-system-access",
+            "ValidatingAdmissionPolicyBinding/pools-spotpool-system-access",
         ]
     )  # fmt: skip
     labels = full["Deployment/spotpool-system/pools"]["metadata"]["labels"]

@@ -27,8 +27,16 @@ POOL_RULES = [
 CRD_RULES = [
     {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
      "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["devops.jokerbai.com"], "resources": ["spotpoolaccesspolicies"],
+     "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["devops.jokerbai.com"], "resources": ["spotpoolaccesspolicies/status"],
+     "verbs": ["patch"]},
 ]  # fmt: skip
-NAMESPACE_RULES = [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}]
+# A namespace's labels select access policies (get); kopf, serving some, lists and watches.
+LABEL_RULES = [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]}]
+NAMESPACE_RULES = [
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}
+]
 
 
 def _run_params(monkeypatch: pytest.MonkeyPatch, variables: dict[str, str]) -> dict[str, Any]:
@@ -45,7 +53,7 @@ def test_all_namespaces_get_one_cluster_role_and_nothing_namespaced() -> None:
     found = by_identity(objects())
     prefix = "spotpool-operator-spotpool-system"
     assert found[f"ClusterRole/{prefix}-pools"]["rules"] == POOL_RULES
-    assert found[f"ClusterRole/{prefix}-scan"]["rules"] == CRD_RULES  # no namespaces
+    assert found[f"ClusterRole/{prefix}-scan"]["rules"] == CRD_RULES + LABEL_RULES  # no list
     for role in ("pools", "scan"):
         binding = found[f"ClusterRoleBinding/{prefix}-{role}"]
         assert binding["roleRef"] == {
@@ -308,3 +316,29 @@ def test_two_installs_in_one_namespace_have_leases_and_install_ids_of_their_own(
     first, second = env(objects()), env(objects({"fullnameOverride": "gpu-pools"}))
     assert first["SPOTPOOL_LEASE_NAME"] == "spotpool-operator"  # as before: upgrades keep it
     assert second["SPOTPOOL_LEASE_NAME"] == "gpu-pools"
+
+
+def test_the_access_policies_admission_policy_and_its_binding() -> None:
+    """The SpotpoolAccessPolicies are its parameters (every one, each must pass), it looks only
+    at specs a person writes (the operator's finalizer patches pass), and it can be left out."""
+    found = by_identity(objects())
+    name = "spotpool-operator-spotpool-system-access"
+    policy = found[f"ValidatingAdmissionPolicy/{name}"]["spec"]
+    assert policy["paramKind"] == {
+        "apiVersion": "devops.jokerbai.com/v1", "kind": "SpotpoolAccessPolicy"
+    }  # fmt: skip
+    assert policy["failurePolicy"] == "Fail"
+    assert policy["matchConditions"][0]["expression"] == (
+        "request.operation == 'CREATE' || object.spec != oldObject.spec"
+    )
+    checked = " ".join(v["expression"] for v in policy["validations"])
+    for field in ("useOperatorIdentity", "assumeRole.roleArn", "spec.region"):
+        assert field in checked, field
+    binding = found[f"ValidatingAdmissionPolicyBinding/{name}"]["spec"]
+    assert binding == {
+        "policyName": name,
+        "validationActions": ["Deny"],
+        "paramRef": {"selector": {}, "parameterNotFoundAction": "Allow"},
+    }
+    off = objects({"accessPolicy": {"admission": False}})
+    assert not [o for o in off if o["kind"].startswith("ValidatingAdmissionPolicy")]
