@@ -17,6 +17,7 @@ import fnmatch
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -39,31 +40,39 @@ class _Model(BaseModel):
 
 
 class SelectorRequirement(_Model):
-    key: str = Field(description="The label's key.")
+    key: str = Field(max_length=317, description="The label's key.")
     operator: str = Field(
         pattern=r"^(In|NotIn|Exists|DoesNotExist)$",
         description="In, NotIn, Exists or DoesNotExist (as in a Kubernetes label selector).",
     )
-    values: list[str] = Field(
-        default_factory=list, description="The values (In, NotIn); empty for the others."
+    values: list[Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="The values (In, NotIn); empty for the others.",
     )
 
 
 class LabelSelector(_Model):
     """A Kubernetes label selector over the namespaces' labels."""
 
-    match_labels: dict[str, str] = Field(
-        default_factory=dict, description="Labels a namespace must carry, all of them."
+    match_labels: dict[str, Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=dict,
+        max_length=32,
+        description="Labels a namespace must carry, all of them.",
     )
     match_expressions: list[SelectorRequirement] = Field(
-        default_factory=list, description="Requirements a namespace's labels must meet, all."
+        default_factory=list,
+        max_length=16,
+        description="Requirements a namespace's labels must meet, all.",
     )
 
 
 class Namespaces(_Model):
     """Which namespaces the policy speaks for: those named, and those the selector matches."""
 
-    names: list[str] = Field(default_factory=list, description="Namespaces by name.")
+    names: list[Annotated[str, Field(max_length=63)]] = Field(
+        default_factory=list, max_length=1000, description="Namespaces by name."
+    )
     selector: LabelSelector | None = Field(
         None,
         description="Namespaces by label (matchLabels, matchExpressions); {} matches every "
@@ -96,13 +105,15 @@ class AccessPolicySpec(_Model):
         description="Pools there may run as the operator's own cloud identity "
         "(useOperatorIdentity) and assume roles with it.",
     )
-    roles: list[str] = Field(
+    roles: list[Annotated[str, Field(max_length=200, pattern=ROLE_PATTERN)]] = Field(
         default_factory=list,
+        max_length=100,
         description="Roles pools there may assume (spec.assumeRole.roleArn), as ARN patterns: "
         "qcs::cam::uin/<account>:roleName/<name>, where * matches any characters.",
     )
-    accounts: list[str] = Field(
+    accounts: list[Annotated[str, Field(max_length=20, pattern=ACCOUNT)]] = Field(
         default_factory=list,
+        max_length=100,
         description="Accounts (uins) any of whose roles pools there may assume.",
     )
     external_id: str | None = Field(
@@ -112,11 +123,12 @@ class AccessPolicySpec(_Model):
         description="The external id sent when a pool there assumes a role (the role's trust "
         "policy asks for it: sts:external_id). A pool's spec.assumeRole.externalId is never sent.",
     )
-    regions: list[str] | None = Field(
-        None, description="Regions pools there may use; unset: every region."
+    regions: list[Annotated[str, Field(max_length=32)]] | None = Field(
+        None, max_length=64, description="Regions pools there may use; unset: every region."
     )
-    secrets: list[str] = Field(
+    secrets: list[Annotated[str, Field(max_length=253)]] = Field(
         default_factory=list,
+        max_length=100,
         description="Secrets (names, * matching any characters) pools there may use although "
         f"they do not opt in (a Secret opts in with the label or annotation {CONSENT_KEY}: "
         '"true").',

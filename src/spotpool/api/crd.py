@@ -13,8 +13,6 @@ from pydantic import BaseModel
 from spotpool.api.access import (
     ACCESS_KIND,
     ACCESS_PLURAL,
-    ACCOUNT,
-    ROLE_PATTERN,
     AccessPolicySpec,
     AccessPolicyStatus,
 )
@@ -220,7 +218,7 @@ def render_access() -> dict[str, Any]:
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},
                                 "metadata": {"type": "object"},
-                                "spec": _access_spec_schema(),
+                                "spec": schema_of(AccessPolicySpec),
                                 "status": schema_of(AccessPolicyStatus),
                             },
                         }
@@ -260,14 +258,6 @@ def render_access() -> dict[str, Any]:
             ],
         },
     }
-
-
-def _access_spec_schema() -> dict[str, Any]:
-    schema = schema_of(AccessPolicySpec)
-    props = schema["properties"]
-    props["roles"]["items"]["pattern"] = ROLE_PATTERN
-    props["accounts"]["items"]["pattern"] = ACCOUNT
-    return schema
 
 
 HEADER = "# Generated from spotpool.api by `spotpool crd generate`; do not edit by hand.\n"
