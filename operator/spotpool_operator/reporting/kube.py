@@ -7,6 +7,7 @@ blocking: the reconciler runs them in threads.
 """
 
 import base64
+import fnmatch
 import logging
 import os
 import threading
@@ -161,9 +162,10 @@ class KubeCluster:
         return [_pool_use(item) for item in listed.get("items") or []]
 
     def all_pools(self, namespaces: list[str] | None) -> list[tuple[str, PoolUse]]:
-        """(namespace, pool) of every Spotpool the operator may list: the cluster's, or those
-        of `namespaces`."""
-        if namespaces is None:
+        """(namespace, pool) of every Spotpool the operator serves: of the cluster, or of the
+        namespaces `namespaces` names (exact names or kopf's glob patterns). One list of the
+        whole cluster; where that is not allowed, one per exactly named namespace."""
+        try:
             listed = cast(
                 dict[str, Any],
                 self._custom.list_cluster_custom_object(
@@ -171,9 +173,15 @@ class KubeCluster:
                 ),
             )
             items = listed.get("items") or []
-        else:
-            items = [item for ns in namespaces for item in self._items_in(ns)]
-        return [(str(i["metadata"]["namespace"]), _pool_use(i)) for i in items]
+        except kubernetes.client.ApiException as error:
+            if error.status != 403 or namespaces is None:
+                raise
+            exact = [n for n in namespaces if not any(c in n for c in "*?[!")]
+            items = [item for ns in exact for item in self._items_in(ns)]
+        found = [(str(i["metadata"]["namespace"]), _pool_use(i)) for i in items]
+        if namespaces is None:
+            return found
+        return [(ns, p) for ns, p in found if any(fnmatch.fnmatchcase(ns, n) for n in namespaces)]
 
     def _items_in(self, namespace: str) -> list[dict[str, Any]]:
         listed: Any = self._custom.list_namespaced_custom_object(
