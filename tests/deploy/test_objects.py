@@ -129,8 +129,8 @@ def test_no_rule_grants_wildcards_deletes_pods_nodes_leases_or_peering() -> None
                     {"create"} if rule["resources"] == ["events"] else set()
                 )  # fmt: skip
                 assert not {"pods", "nodes", "leases", "configmaps"} & set(rule["resources"])
-                if "namespaces" in rule["resources"]:
-                    assert values and rule["verbs"] == ["list", "watch"]
+                if "namespaces" in rule["resources"]:  # labels (get); kopf's list, watch
+                    assert rule["verbs"] == (["get", "list", "watch"] if values else ["get"])
                 assert not {"kopf.dev", "coordination.k8s.io"} & set(rule["apiGroups"])
                 if "secrets" in rule["resources"]:
                     assert rule["verbs"] == ["get"]
