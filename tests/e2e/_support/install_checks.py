@@ -84,7 +84,8 @@ def nothing_more(kube: Kube, account: str, namespace: str, scan: set[tuple[str, 
             verb, resource, extra,
         )  # fmt: skip
     for verb, resource in (
-        ("list", "nodes"), ("get", "namespaces"), ("delete", "namespaces"), ("delete", CRDS),
+        ("list", "nodes"), ("update", "namespaces"), ("delete", "namespaces"), ("delete", CRDS),
+        ("create", POLICIES), ("update", POLICIES), ("delete", POLICIES),
         ("create", CRDS),
         ("patch", CRDS), ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
     ):  # fmt: skip
