@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from spotpool.api.crd import CRD_PATH, render_yaml
+from spotpool.api.crd import ACCESS_CRD_PATH, CRD_PATH, render_access_yaml, render_yaml
 from spotpool.api.spec import SpotpoolSpec, parse_duration
 from tests._support.specs import article_spec, refusal
 
@@ -70,6 +70,11 @@ def test_durations() -> None:
 def test_committed_crd_matches_the_model() -> None:
     committed = (ROOT / CRD_PATH).read_text()
     assert committed == render_yaml(), "the CRD drifted: run `spotpool crd generate`"
+
+
+def test_committed_access_policy_crd_matches_the_model() -> None:
+    committed = (ROOT / ACCESS_CRD_PATH).read_text()
+    assert committed == render_access_yaml(), "the CRD drifted: run `spotpool crd generate`"
 
 
 def test_a_launch_spec_with_subnets_per_zone_disks_role_group_and_images() -> None:

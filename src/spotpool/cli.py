@@ -43,7 +43,7 @@ LAZY_COMMANDS = {
     "emulator": LazyCommand(
         "spotpool.emulator.cli:app", "A local Tencent Cloud API emulator (CVM with spot)."
     ),
-    "crd": LazyCommand("spotpool.api.cli:app", "The Spotpool CustomResourceDefinition."),
+    "crd": LazyCommand("spotpool.api.cli:app", "The Spotpool CustomResourceDefinitions."),
     "operator": LazyCommand("spotpool_operator.process.cli:app", "The Spotpool operator (kopf)."),
     "deploy": LazyCommand("spotpool_deploy.cli:app", "Install the Spotpool operator."),
     "stacks": LazyCommand(

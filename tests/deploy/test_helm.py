@@ -81,9 +81,10 @@ def test_every_value_is_documented_beside_it_and_known_to_the_schema() -> None:
 
 
 def test_the_crd_is_in_crds_generated_from_the_spec_model_and_never_templated() -> None:
-    assert (chart.CHART / crd.CRD_PATH).read_text() == crd.render_yaml(), (
-        "spotpool crd generate --output operator/deploy/helm/spotpool/" + crd.CRD_PATH
-    )
+    for path, render in crd.GENERATED.items():
+        assert (chart.CHART / path).read_text() == render(), (
+            "spotpool crd generate --output operator/deploy/helm/spotpool/" + crd.CRD_PATH
+        )
     templates = "".join(p.read_text() for p in (chart.CHART / "templates").iterdir())
     assert "CustomResourceDefinition" not in templates
     assert "helm show crds" in (chart.CHART / "templates" / "NOTES.txt").read_text()
@@ -129,6 +130,8 @@ def test_names_follow_name_and_fullname_overrides_never_the_release() -> None:
             "ClusterRoleBinding/pools-spotpool-system-scan",
             "Role/spotpool-system/pools-lease", "RoleBinding/spotpool-system/pools-lease",
             "Role/team-a/pools", "RoleBinding/team-a/pools",
+            "ValidatingAdmissionPolicy/pools-spotpool-system-access",
+            "ValidatingAdmissionPolicyBinding/pools-spotpool-system-access",
         ]
     )  # fmt: skip
     labels = full["Deployment/spotpool-system/pools"]["metadata"]["labels"]
@@ -258,7 +261,7 @@ def test_the_chart_works_as_a_subchart_with_global_values(tmp_path: Path) -> Non
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     found = chart.objects(out.stdout)
-    assert [o["kind"] for o in found].count("CustomResourceDefinition") == 1  # from crds/
+    assert [o["kind"] for o in found].count("CustomResourceDefinition") == 2  # from crds/
     templated = by_identity([o for o in found if o["kind"] != "CustomResourceDefinition"])
     alone = by_identity(
         objects({**PARENT_VALUES["spotpool"], "global": PARENT_VALUES["global"]}, "ops")

@@ -27,8 +27,9 @@ def test_the_kustomization_is_helm_template_with_the_crd_and_the_namespace() -> 
     loaded = [yaml.safe_load((COMMITTED / name).read_text()) for name in listed]
     helm = chart.objects(chart.template({}, "spotpool-system"))
     kinds = [obj["kind"] for obj in loaded]
-    assert kinds[0] == "CustomResourceDefinition" and "Namespace" in kinds
-    assert loaded[0] == yaml.safe_load(crd.render_yaml())  # the chart's crds/
+    assert kinds[:2] == ["CustomResourceDefinition"] * 2 and "Namespace" in kinds
+    crds = [yaml.safe_load(crd.render_yaml()), yaml.safe_load(crd.render_access_yaml())]
+    assert sorted(loaded[:2], key=str) == sorted(crds, key=str)  # the chart's crds/
     (namespace,) = [obj for obj in loaded if obj["kind"] == "Namespace"]
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     assert [o for o in loaded if o["kind"] not in ("CustomResourceDefinition", "Namespace")] == helm

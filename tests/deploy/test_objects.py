@@ -27,13 +27,16 @@ POOL_RULES = [
 CRD_RULES = [
     {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
      "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["devops.jokerbai.com"], "resources": ["spotpoolaccesspolicies"],
+     "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["devops.jokerbai.com"], "resources": ["spotpoolaccesspolicies/status"],
+     "verbs": ["patch"]},
 ]  # fmt: skip
-NAMESPACE_RULES = [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}]
-# The cluster's identity (its uid is tagged on every instance): that one Namespace, read only.
-IDENTITY_RULES = [
-    {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"],
-     "verbs": ["get"]}
-]  # fmt: skip
+# A namespace's labels select access policies (get); kopf, serving some, lists and watches.
+LABEL_RULES = [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]}]
+NAMESPACE_RULES = [
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}
+]
 
 
 def _run_params(monkeypatch: pytest.MonkeyPatch, variables: dict[str, str]) -> dict[str, Any]:
@@ -50,8 +53,7 @@ def test_all_namespaces_get_one_cluster_role_and_nothing_namespaced() -> None:
     found = by_identity(objects())
     prefix = "spotpool-operator-spotpool-system"
     assert found[f"ClusterRole/{prefix}-pools"]["rules"] == POOL_RULES
-    # no namespaces but kube-system's own
-    assert found[f"ClusterRole/{prefix}-scan"]["rules"] == CRD_RULES + IDENTITY_RULES
+    assert found[f"ClusterRole/{prefix}-scan"]["rules"] == CRD_RULES + LABEL_RULES  # no list
     for role in ("pools", "scan"):
         binding = found[f"ClusterRoleBinding/{prefix}-{role}"]
         assert binding["roleRef"] == {
@@ -77,7 +79,7 @@ def test_watched_namespaces_each_get_a_role_and_no_cluster_wide_pool_rights() ->
     cluster_roles = [o for o in found.values() if o["kind"] == "ClusterRole"]
     # kopf matches its namespace patterns against the listed namespaces (read-only).
     assert [role["rules"] for role in cluster_roles] == [
-        CRD_RULES + IDENTITY_RULES + NAMESPACE_RULES
+        CRD_RULES + NAMESPACE_RULES
     ]
     assert "Role/spotpool-system/spotpool-operator" not in found  # its own ns is not watched
     variables = env(list(found.values()))
@@ -129,10 +131,8 @@ def test_no_rule_grants_wildcards_deletes_pods_nodes_leases_or_peering() -> None
                     {"create"} if rule["resources"] == ["events"] else set()
                 )  # fmt: skip
                 assert not {"pods", "nodes", "leases", "configmaps"} & set(rule["resources"])
-                if rule in IDENTITY_RULES:
-                    continue  # get of the kube-system Namespace alone: the cluster's identity
-                if "namespaces" in rule["resources"]:
-                    assert values and rule["verbs"] == ["list", "watch"]
+                if "namespaces" in rule["resources"]:  # labels (get); kopf's list, watch
+                    assert rule["verbs"] == (["get", "list", "watch"] if values else ["get"])
                 assert not {"kopf.dev", "coordination.k8s.io"} & set(rule["apiGroups"])
                 if "secrets" in rule["resources"]:
                     assert rule["verbs"] == ["get"]
@@ -350,8 +350,34 @@ def test_the_listeners_bind_the_addresses_the_values_give() -> None:
 def test_an_explicit_cluster_id_needs_no_namespace_read_and_reaches_the_operator() -> None:
     found = by_identity(objects({"clusterId": "prod-eu-1", "sweep": "report"}))
     prefix = "spotpool-operator-spotpool-system"
-    assert found[f"ClusterRole/{prefix}-scan"]["rules"] == CRD_RULES
+    assert found[f"ClusterRole/{prefix}-scan"]["rules"] == CRD_RULES + LABEL_RULES
     variables = env(list(found.values()))
     assert variables["SPOTPOOL_CLUSTER_ID"] == "prod-eu-1"
     assert variables["SPOTPOOL_SWEEP"] == "report"
     assert "SPOTPOOL_SWEEP" not in env(objects())  # the default, terminate, says nothing
+
+
+def test_the_access_policies_admission_policy_and_its_binding() -> None:
+    """The SpotpoolAccessPolicies are its parameters (every one, each must pass), it looks only
+    at specs a person writes (the operator's finalizer patches pass), and it can be left out."""
+    found = by_identity(objects())
+    name = "spotpool-operator-spotpool-system-access"
+    policy = found[f"ValidatingAdmissionPolicy/{name}"]["spec"]
+    assert policy["paramKind"] == {
+        "apiVersion": "devops.jokerbai.com/v1", "kind": "SpotpoolAccessPolicy"
+    }  # fmt: skip
+    assert policy["failurePolicy"] == "Fail"
+    assert policy["matchConditions"][0]["expression"] == (
+        "request.operation == 'CREATE' || object.spec != oldObject.spec"
+    )
+    checked = " ".join(v["expression"] for v in policy["validations"])
+    for field in ("useOperatorIdentity", "assumeRole.roleArn", "spec.region"):
+        assert field in checked, field
+    binding = found[f"ValidatingAdmissionPolicyBinding/{name}"]["spec"]
+    assert binding == {
+        "policyName": name,
+        "validationActions": ["Deny"],
+        "paramRef": {"selector": {}, "parameterNotFoundAction": "Allow"},
+    }
+    off = objects({"accessPolicy": {"admission": False}})
+    assert not [o for o in off if o["kind"].startswith("ValidatingAdmissionPolicy")]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from spotpool.api.crd import CRD_PATH
+from spotpool.api.crd import ACCESS_CRD_PATH, CRD_PATH
 from spotpool.cluster.local import down, up
 from spotpool.localworld.emulator import start_emulator
 from spotpool.localworld.kube import Kube
@@ -54,8 +54,9 @@ def keyserver_stacks() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
     with local_cluster(tmp_path_factory.mktemp("cluster")) as cluster:
-        cluster.ok("apply", "-f", str(ROOT / CRD_PATH))
-        cluster.ok("wait", "--for=condition=Established", "crd/spotpools.devops.jokerbai.com")
+        cluster.ok("apply", "-f", str(ROOT / CRD_PATH), "-f", str(ROOT / ACCESS_CRD_PATH))
+        cluster.ok("wait", "--for=condition=Established", "crd/spotpools.devops.jokerbai.com",
+                   "crd/spotpoolaccesspolicies.devops.jokerbai.com")  # fmt: skip
         yield cluster
 
 

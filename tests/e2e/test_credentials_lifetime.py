@@ -3,6 +3,7 @@ and reclaim storm takes longer than that (instances boot for longer than a key l
 call of the operator's SDK, its fast path, its fleet probe and its Pulumi runs is signed with
 live keys, so not one is refused."""
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -35,6 +36,21 @@ def test_an_up_and_a_storm_longer_than_a_keys_life_without_one_refused_call(
     world: OperatorWorld,
 ) -> None:
     namespace = world.namespace()
+    name = f"e2e-lifetime-{namespace}"
+    policy: dict[str, object] = {
+        "apiVersion": "devops.jokerbai.com/v1",
+        "kind": "SpotpoolAccessPolicy",
+        "metadata": {"name": name},
+        "spec": {"namespaces": {"names": [namespace]}, "roles": [ROLE_B]},
+    }
+    world.kube.ok("apply", "-f", "-", stdin=json.dumps(policy))  # the namespace may use ROLE_B
+    try:
+        _storm(world, namespace)
+    finally:
+        world.kube.run("delete", "spotpoolaccesspolicy", name)
+
+
+def _storm(world: OperatorWorld, namespace: str) -> None:
     names = ["gpu-a", "gpu-b"]
     for name in names:
         world.apply(namespace, pool_manifest(name, minimum=2, assumeRole={"roleArn": ROLE_B}))

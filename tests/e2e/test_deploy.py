@@ -21,6 +21,7 @@ from spotpool.localworld.kube import Kube
 from tests.conftest import require_tool
 from tests.e2e import installs
 from tests.e2e._support.install_checks import (
+    ACCESS,
     CRDS,
     INTERRUPTIONS,
     LEASES,
@@ -138,7 +139,7 @@ def test_an_install_for_some_namespaces_grants_rights_only_there(
             else set()
         )
         assert installs.granted(private_cluster, account, ns) == {
-            (CRDS, "get list watch"), NAMESPACES, *lease,
+            (CRDS, "get list watch"), NAMESPACES, *ACCESS, *lease,
         }  # fmt: skip
     assert not installs.can(private_cluster, account, "list", POOLS, "--all-namespaces")
     assert not installs.can(private_cluster, account, "get", "secrets", "--all-namespaces")

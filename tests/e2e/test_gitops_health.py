@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 
-from spotpool.localworld.emulator import SECRET_ID, SECRET_KEY
 from spotpool.localworld.kube import Kube
 from tests._support.argocd import health
 from tests.e2e.conftest import operator_world
-from tests.operator.world import OperatorWorld, pool_manifest
+from tests.operator.world import OperatorWorld, pool_manifest, secret_manifest
 
 pytestmark = pytest.mark.e2e
 
@@ -55,10 +54,7 @@ def test_a_missing_secret_stalls_and_creating_it_makes_the_pool_healthy(
     assert _cell(world, ns, "later", "REASON") == "SecretNotFound"
 
     started = time.monotonic()
-    world.kube.ok(
-        "-n", ns, "create", "secret", "generic", "later",
-        f"--from-literal=secretId={SECRET_ID}", f"--from-literal=secretKey={SECRET_KEY}",
-    )  # fmt: skip
+    world.kube.ok("-n", ns, "apply", "-f", "-", stdin=json.dumps(secret_manifest("later")))
     pool = world.wait_ready(ns, "later", 1, timeout=180)
     print(f"healthy {time.monotonic() - started:.0f} s after the Secret appeared")
     assert _conditions(pool)["Stalled"][0] == "False"

@@ -19,6 +19,7 @@ from tests.conftest import require_tool
 from tests.deploy.rendered import parent_chart
 from tests.e2e import installs
 from tests.e2e._support.install_checks import (
+    ACCESS,
     CHART,
     CRD,
     CRDS,
@@ -148,7 +149,7 @@ def test_helm_installs_upgrades_and_uninstalls_with_least_privilege(private_clus
             assert not installs.can(private_cluster, account, verb, resource, "-n", ns), (verb, ns)
         lease = {(LEASES, lease_verbs), *INTERRUPTIONS} if ns == "spotpool-system" else set()
         assert installs.granted(private_cluster, account, ns) == {
-            (CRDS, "get list watch"), NAMESPACES, *lease,
+            (CRDS, "get list watch"), NAMESPACES, *ACCESS, *lease,
         }  # fmt: skip
     assert not installs.can(private_cluster, account, "get", "secrets", "--all-namespaces")
     history = json.loads(helm(private_cluster, "history", RELEASE, *release, "-o", "json"))

@@ -25,8 +25,8 @@ from spotpool.localworld.emulator import EmulatorProcess, wait_until
 from spotpool.localworld.kube import Kube
 from tests.conftest import require_tool
 from tests.e2e.container import Pod, pod_from_deployment, podman, podman_ok
-from tests.emulator.harness import SECRET_ID, SECRET_KEY, start_emulator
-from tests.operator.world import GONE_STATES, pool_manifest
+from tests.emulator.harness import SECRET_KEY, start_emulator
+from tests.operator.world import GONE_STATES, pool_manifest, secret_manifest
 
 pytestmark = pytest.mark.e2e
 
@@ -108,9 +108,7 @@ def running(
     secret = next(v["secret"]["secretName"] for v in passphrase if v["name"] == "passphrase")
     kube.ok("-n", RELEASE_NAMESPACE, "create", "secret", "generic", secret,
             f"--from-literal=passphrase={PASSPHRASE}")  # fmt: skip
-    kube.ok("-n", POOL_NAMESPACE, "create", "secret", "generic", "tencentcloud",
-            f"--from-literal=secretId={SECRET_ID}",
-            f"--from-literal=secretKey={SECRET_KEY}")  # fmt: skip
+    kube.ok("-n", POOL_NAMESPACE, "apply", "-f", "-", stdin=json.dumps(secret_manifest()))
 
     pod = pod_from_deployment(kube, deployment, directory, f"spotpool-image-{directory.name}")
     podman("rm", "--force", pod.name)

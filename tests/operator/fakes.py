@@ -11,11 +11,12 @@ from pydantic import SecretStr
 from spotpool_operator.basics.pools import PoolRef
 from spotpool_operator.basics.settings import OperatorSettings
 from spotpool_operator.process.reconciler import Reconciler
-from spotpool_operator.reporting.kube import SecretNotFound
+from spotpool_operator.reporting.kube import PoolUse, SecretNotFound, SecretRead
 from spotpool_operator.reporting.metrics import Metrics
 from spotpool_operator.reporting.status_write import Fence
 from tencentcloud.common.exception.tencent_cloud_sdk_exception import TencentCloudSDKException
 
+from spotpool.api.access import NamedPolicy
 from spotpool.api.drift import InstanceDrift
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.engine.basics.results import OperationKind, OperationResult, SlotOutput
@@ -212,12 +213,26 @@ class FakeEngine:
 class FakeCluster:
     secrets: dict[tuple[str, str], dict[str, bytes]] = field(default_factory=dict)
     statuses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    unconsenting: set[tuple[str, str]] = field(default_factory=set)  # Secrets not opted in
+    policies: list[NamedPolicy] = field(default_factory=list)
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)  # namespace -> labels
+    pools: dict[str, list[PoolUse]] = field(default_factory=dict)  # namespace -> pools
 
-    def read_secret(self, namespace: str, name: str) -> dict[str, bytes]:
+    def read_secret(self, namespace: str, name: str) -> SecretRead:
         try:
-            return self.secrets[(namespace, name)]
+            data = self.secrets[(namespace, name)]
         except KeyError:
             raise SecretNotFound(f"Secret {namespace}/{name} not found") from None
+        return SecretRead(data, consents=(namespace, name) not in self.unconsenting)
+
+    def access_policies(self) -> list[NamedPolicy]:
+        return list(self.policies)
+
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        return dict(self.labels.get(namespace, {}))
+
+    def pools_in(self, namespace: str) -> list[PoolUse]:
+        return list(self.pools.get(namespace, []))
 
     def patch_status(
         self, namespace: str, name: str, status: dict[str, Any], fence: Fence | None = None

@@ -170,7 +170,10 @@ def test_missing_secret_is_a_condition_and_an_event_not_an_up(tmp_path: Path) ->
     status = world.cluster.last("team-a/gpu")
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert degraded["status"] == "True" and degraded["reason"] == "SecretNotFound"
-    assert "team-a/nope not found" in degraded["message"]
+    assert (
+        "team-a/nope (credentialsSecretRef) is not found or does not opt in"
+        in (degraded["message"])
+    )
     assert ("Warning", "SecretNotFound") in [(t, r) for t, r, _ in world.events.posted]
 
 

@@ -8,6 +8,7 @@ from spotpool.localworld.operator import (
     OperatorWorld,
     article_manifest,
     pool_manifest,
+    secret_manifest,
 )
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "OperatorWorld",
     "article_manifest",
     "pool_manifest",
+    "secret_manifest",
 ]

@@ -2,19 +2,27 @@
 keys are temporary; inline keys still work), a role assumed on top of the Secret's keys or of
 the operator's own identity, or the operator's own identity alone (its service-account token
 exchanged by AssumeRoleWithWebIdentity). Temporary credentials come from the process's one
-cache (engine/tencent/identities.py), shared by every pool of the same identity."""
+cache (engine/tencent/identities.py), shared by every pool of the same identity.
+
+What a pool may use is the cluster admin's (SpotpoolAccessPolicy, spotpool.api.access): the
+operator's identity and roles only where every policy selecting the namespace grants them, the
+external id the policies', the session name the operator's (spotpool-<namespace>-<pool>), and
+a Secret only when it opts in (or the policies list it). A refusal never says whether a
+Secret that is not usable exists."""
 
 from collections.abc import Callable
 
 from pydantic import SecretStr
 
+from spotpool.api.access import CONSENT_KEY, Access, Refusal, session_name
+from spotpool.api.identity import AssumeRole
 from spotpool.api.spec import SpotpoolSpec
 from spotpool.engine.leftovers.accounts import AccountRecord
 from spotpool.engine.tencent.credentials import Credentials
 from spotpool.engine.tencent.identities import CREDENTIALS, CredentialCache, WebIdentity
 from spotpool.engine.tencent.sts import StsError
 from spotpool_operator.basics.failures import PoolProblem
-from spotpool_operator.reporting.kube import Cluster, SecretNotFound
+from spotpool_operator.reporting.kube import Cluster, SecretNotFound, SecretRead
 
 SECRET_REREAD = 60.0  # seconds: a Secret's temporary keys are read again at 2/3 of this
 INLINE_WARNING = (
@@ -44,25 +52,58 @@ _STS_REASONS = {
 }
 
 
+def access_of(cluster: Cluster, namespace: str) -> Access:
+    """What the policies selecting the namespace allow its pools."""
+    policies = cluster.access_policies()
+    labels = cluster.namespace_labels(namespace) if policies else {}
+    return Access.of(namespace, labels, policies)
+
+
+def refusal(access: Access, spec: SpotpoolSpec) -> Refusal | None:
+    """Why the policies refuse this pool's identity, role or region (None: allowed)."""
+    found = access.region(spec.region)
+    if found is None and spec.use_operator_identity:
+        found = access.operator_identity()
+    if found is None and spec.assume_role is not None:
+        found = access.role(spec.assume_role.role_arn)
+        external = access.external_id()
+        if found is None and isinstance(external, Refusal):
+            found = external
+    return found
+
+
 def resolve(
     cluster: Cluster,
     namespace: str,
+    name: str,
     spec: SpotpoolSpec,
     endpoint: str | None = None,
     cache: CredentialCache = CREDENTIALS,
 ) -> Credentials:
-    """The credentials to run this pool's operations with, or a PoolProblem saying what is
-    wrong. A credentialsSecretRef wins over inline keys when both are set."""
+    """The credentials to run pool `namespace/name`'s operations with, or a PoolProblem saying
+    what is wrong. A credentialsSecretRef wins over inline keys when both are set. Deleting
+    asks too: a refused pool is deleted with the keys it last ran with here, or, with none,
+    only when it holds no instance (deletion.py)."""
+    access = access_of(cluster, namespace)
+    refused = refusal(access, spec)
+    if refused is not None:
+        raise PoolProblem(refused.reason, refused.message)
     if spec.use_operator_identity:
         web = WebIdentity.from_env()
         if web is None:
             raise PoolProblem("OperatorIdentityMissing", NO_OPERATOR_IDENTITY, permanent=True)
         base = _from_sts(lambda: cache.web_identity(web, endpoint), web.role.role_arn)
     else:
-        base = _keys(cluster, namespace, spec, cache)
+        base = _keys(cluster, namespace, spec, access, cache)
     if spec.assume_role is None:
         return base
-    role = spec.assume_role
+    external = access.external_id()
+    role = AssumeRole(
+        role_arn=spec.assume_role.role_arn,
+        session_name=session_name(namespace, name),
+        duration_seconds=spec.assume_role.duration_seconds,
+        external_id=external if isinstance(external, str) else None,
+    )
     return _from_sts(lambda: cache.role(base, role, endpoint), role.role_arn)
 
 
@@ -92,20 +133,20 @@ def _from_sts(obtain: Callable[[], Credentials], role_arn: str) -> Credentials:
 
 
 def _keys(
-    cluster: Cluster, namespace: str, spec: SpotpoolSpec, cache: CredentialCache
+    cluster: Cluster, namespace: str, spec: SpotpoolSpec, access: Access, cache: CredentialCache
 ) -> Credentials:
     """The Secret's (or the inline) keys. Temporary ones (with a token) someone else renews
     in the Secret are read again every SECRET_REREAD * 2/3 seconds while in use, so a Pulumi
     run longer than their life is re-signed with the Secret's new ones (the API proxy asks
     the cache for the live keys; identities.py)."""
-    keys = _keys_once(cluster, namespace, spec)
+    keys = _keys_once(cluster, namespace, spec, access)
     ref = spec.credentials_secret_ref
     if ref is None or keys.token is None:
         return keys
 
     def reread() -> Credentials:
         try:
-            fresh = _keys_once(cluster, namespace, spec)
+            fresh = _keys_once(cluster, namespace, spec, access)
         except PoolProblem as problem:
             raise StsError("SecretUnreadable", str(problem)) from None
         return fresh.model_copy(update={"expires": cache.clock() + SECRET_REREAD})
@@ -113,7 +154,9 @@ def _keys(
     return cache.get(f"secret:{namespace}/{ref.name}", reread)
 
 
-def _keys_once(cluster: Cluster, namespace: str, spec: SpotpoolSpec) -> Credentials:
+def _keys_once(
+    cluster: Cluster, namespace: str, spec: SpotpoolSpec, access: Access
+) -> Credentials:
     ref = spec.credentials_secret_ref
     if ref is None:
         if spec.secret_id is None or spec.secret_key is None:
@@ -125,12 +168,7 @@ def _keys_once(cluster: Cluster, namespace: str, spec: SpotpoolSpec) -> Credenti
         return Credentials(
             secret_id=SecretStr(spec.secret_id), secret_key=SecretStr(spec.secret_key)
         )
-    try:
-        data = cluster.read_secret(namespace, ref.name)
-    except SecretNotFound as error:
-        raise PoolProblem(
-            "SecretNotFound", f"{error}: create it or fix credentialsSecretRef"
-        ) from None
+    data = _usable(cluster, namespace, ref.name, access, "credentialsSecretRef")
     missing = [key for key in (ref.secret_id_key, ref.secret_key_key) if not data.get(key)]
     if missing:
         raise PoolProblem(
@@ -145,6 +183,25 @@ def _keys_once(cluster: Cluster, namespace: str, spec: SpotpoolSpec) -> Credenti
     )
 
 
+def _usable(
+    cluster: Cluster, namespace: str, name: str, access: Access, field: str
+) -> dict[str, bytes]:
+    """The data of a Secret the pool may use; one answer for a Secret that is missing, not
+    readable or not opted in, so that a refusal tells nobody which Secrets exist."""
+    try:
+        found: SecretRead | None = cluster.read_secret(namespace, name)
+    except SecretNotFound:
+        found = None
+    if found is not None and (access is None or found.consents or access.secret_allowed(name)):
+        return found.data
+    raise PoolProblem(
+        "SecretNotFound",
+        f"Secret {namespace}/{name} ({field}) is not found or does not opt in to Spotpool: "
+        f'create it, and label it {CONSENT_KEY}="true" (or ask the cluster admin for a '
+        "SpotpoolAccessPolicy listing it in secrets), or fix " + field,
+    )
+
+
 def _text(value: bytes) -> str:
     return value.decode("utf-8", errors="replace").strip()
 
@@ -154,12 +211,8 @@ def login_password(cluster: Cluster, namespace: str, spec: SpotpoolSpec) -> str 
     ref = spec.login_settings.password_secret_ref if spec.login_settings else None
     if ref is None:
         return None
-    try:
-        data = cluster.read_secret(namespace, ref.name)
-    except SecretNotFound as error:
-        raise PoolProblem(
-            "SecretNotFound", f"{error}: loginSettings.passwordSecretRef names it"
-        ) from None
+    access = access_of(cluster, namespace)
+    data = _usable(cluster, namespace, ref.name, access, "loginSettings.passwordSecretRef")
     if not data.get(ref.key):
         raise PoolProblem(
             "SecretKeyMissing", f"Secret {namespace}/{ref.name} has no (or an empty) {ref.key}"

@@ -108,6 +108,8 @@ class PoolState:
     checkpoints: list[Checkpoint] = field(default_factory=list)
     # the instances whose onNotice result a status written (or read) holds: answered `recorded`
     written_checkpoints: set[str] = field(default_factory=set)
+    # Why a SpotpoolAccessPolicy's limit holds the pool below its desired count ("": it does not)
+    limit_note: str = ""
 
     def __post_init__(self) -> None:
         self.noticed = self.noticed or {n.slot: n for n in self.status.notices.accepted}

@@ -73,7 +73,12 @@ class Converging(PoolWork):
             return  # short of instances (a run cut short): run the up, which refreshes first
         try:  # reading what was applied needs no cloud keys: the Secret may be gone
             credentials: Credentials | None = await asyncio.to_thread(
-                resolve, self.cluster, ref.namespace, spec, self.settings.engine.cloud_endpoint
+                resolve,
+                self.cluster,
+                ref.namespace,
+                ref.name,
+                spec,
+                self.settings.engine.cloud_endpoint,
             )
         except PoolProblem:
             credentials = None

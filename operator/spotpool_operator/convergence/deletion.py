@@ -134,7 +134,12 @@ class Deletion(PoolWork):
         try:
             spec = SpotpoolSpec.model_validate(ref.spec)
             credentials = await asyncio.to_thread(
-                resolve, self.cluster, ref.namespace, spec, self.settings.engine.cloud_endpoint
+                resolve,
+                self.cluster,
+                ref.namespace,
+                ref.name,
+                spec,
+                self.settings.engine.cloud_endpoint,
             )
             return credentials, None
         except (PoolProblem, ValidationError) as error:

@@ -10,11 +10,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from spotpool.api.access import Hold
 from spotpool.api.spec import SpotpoolSpec, parse_duration
 from spotpool.api.stackconfig import StackConfig
 from spotpool.api.status import SpotpoolStatus
 from spotpool.engine.leftovers.accounts import account_of
 from spotpool.engine.tencent.credentials import Credentials
+from spotpool_operator.basics import limits
 from spotpool_operator.basics.credentials import INLINE_WARNING, login_password, resolve
 from spotpool_operator.basics.failures import PoolProblem, classify
 from spotpool_operator.basics.pools import PoolRef, PoolState
@@ -112,7 +114,7 @@ class PoolBook(EngineCalls):
         self, pool: PoolState, ref: PoolRef, kind: str, quiet: bool = False
     ) -> SpotpoolSpec:
         try:
-            return SpotpoolSpec.model_validate(ref.spec)
+            spec = SpotpoolSpec.model_validate(ref.spec)
         except ValidationError as error:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}"
@@ -122,13 +124,34 @@ class PoolBook(EngineCalls):
             if not quiet:
                 await self._fail(pool, ref, pool.status, kind, problem, self.clock())
             raise problem from None
+        return await self._within_limits(pool, ref, spec)
+
+    async def _within_limits(
+        self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec
+    ) -> SpotpoolSpec:
+        """The spec held at its namespace's limits (the Limited condition says so)."""
+        try:
+            found = await asyncio.to_thread(
+                limits.hold, self.cluster, ref.namespace, ref.uid, spec, pool.status
+            )
+        except Exception as error:  # not known: no growth, nothing cut
+            running = len(pool.status.instances)
+            message = f"held at {running}: the namespace's limits could not be read ({error})"
+            found = Hold(min(running, spec.desired_count()), message)
+        pool.limit_note = found.message if found.count < spec.desired_count() else ""
+        return limits.held_spec(spec, found.count)
 
     async def _credentials(
         self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec, kind: str, quiet: bool = False
     ) -> Credentials:
         try:
             return await asyncio.to_thread(
-                resolve, self.cluster, ref.namespace, spec, self.settings.engine.cloud_endpoint
+                resolve,
+                self.cluster,
+                ref.namespace,
+                ref.name,
+                spec,
+                self.settings.engine.cloud_endpoint,
             )
         except Exception as error:
             problem = classify(error)
@@ -174,6 +197,7 @@ class PoolBook(EngineCalls):
             status = await self.prices.price_async(status, pool.credentials, ref.spec, pool.status)
         if pool.placement is not None and status.placement != pool.placement:
             status = status.model_copy(update={"placement": pool.placement})
+        status = render.limited(status, pool.limit_note, ref.generation, self.clock())
         before, pool.status = pool.status, status
         if not self.serving(ref):
             return  # the shard's new holder writes the status now

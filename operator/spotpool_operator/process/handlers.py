@@ -34,6 +34,8 @@ from spotpool_operator.process.kopf_storage import (
     Serves,
 )
 from spotpool_operator.process.reconciler import Reconciler
+from spotpool_operator.reporting import policy_status
+from spotpool_operator.reporting.kube import KubeCluster
 from spotpool_operator.storm.notice_server import NoticeServer
 
 log = logging.getLogger("spotpool_operator.handlers")
@@ -188,6 +190,12 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
             memo["probe"] = asyncio.create_task(reconciler.probe.run(), name="fleet-probe")
         if reconciler.strays is not None:
             memo["strays"] = asyncio.create_task(reconciler.strays.run(), name="stray-sweep")
+        if isinstance(reconciler.cluster, KubeCluster):  # the access policies' use
+            served = None if settings.all_namespaces else list(settings.namespaces)
+            first = (lambda: shards.holds(0)) if shards is not None else (lambda: True)
+            memo["policies"] = asyncio.create_task(
+                policy_status.keep_writing(reconciler.cluster, served, first), name="policies"
+            )
         learner = reconciler.capacity.learner if reconciler.capacity is not None else None
         if learner is not None:
             try:  # what earlier runs and the other replicas learned, before the first placement
@@ -212,7 +220,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
         server = memo.get("notices")
         if isinstance(server, NoticeServer):
             await server.stop()
-        for name in ("learner", "strays", "probe", "shards"):
+        for name in ("learner", "policies", "strays", "probe", "shards"):
             task = memo.get(name)
             if isinstance(task, asyncio.Task):
                 task.cancel()

@@ -120,7 +120,7 @@ def offerings(
         from spotpool_operator.basics.credentials import resolve
         from spotpool_operator.reporting.kube import KubeCluster
 
-        credentials = resolve(KubeCluster(), namespace, spec)
+        credentials = resolve(KubeCluster(), namespace, pool.partition("/")[2], spec)
         region, zones, types = spec.region, spec.zones(), spec.types()
         strategy, interruption_cost_hours = spec.placement_strategy, spec.interruption_cost_hours
     else:

@@ -27,6 +27,11 @@ STALLING = frozenset(
         "Unauthorized",
         "CloudRejected",
         "ToolchainMissing",
+        # a SpotpoolAccessPolicy refuses the pool: the admin's policy or the spec must change
+        "OperatorIdentityNotAllowed",
+        "RoleNotAllowed",
+        "RegionNotAllowed",
+        "PolicyConflict",
     }
 )
 

@@ -1,4 +1,5 @@
-"""The Kubernetes API calls kopf does not make for us: reading Secrets and writing status.
+"""The Kubernetes API calls kopf does not make for us: reading Secrets, access policies and
+namespaces' labels, and writing status.
 
 kopf watches and patches with its own client; these two go through the official Kubernetes
 client, configured the same way (in-cluster service account, else KUBECONFIG). The calls are
@@ -6,14 +7,20 @@ blocking: the reconciler runs them in threads.
 """
 
 import base64
+import fnmatch
 import json
 import logging
 import os
+import threading
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 import kubernetes
+from pydantic import ValidationError
 
+from spotpool.api.access import ACCESS_PLURAL, AccessPolicySpec, NamedPolicy, consents
 from spotpool.api.spec import GROUP, PLURAL, VERSION
 from spotpool_operator.reporting import status_write
 from spotpool_operator.reporting.status_write import Fence, Writer
@@ -25,8 +32,43 @@ class SecretNotFound(Exception):
     """The named Secret does not exist (or this operator may not read it)."""
 
 
+@dataclass(frozen=True)
+class SecretRead:
+    """A Secret's data, and whether it opts in to Spotpool (access.CONSENT_KEY)."""
+
+    data: dict[str, bytes]
+    consents: bool = False
+
+
+@dataclass(frozen=True)
+class PoolUse:
+    """What another pool of a namespace holds, from its last written status."""
+
+    uid: str
+    name: str
+    status: Mapping[str, Any] = field(default_factory=dict)
+    instance_types: list[str] = field(default_factory=list)
+
+
+NO_POLICY_RIGHTS = (
+    "the operator may not read SpotpoolAccessPolicies or namespaces: apply this release's RBAC "
+    "(the chart's rbac.yaml; docs/deploy.md, 'What the operator may do, and why')"
+)
+POLICY_TTL = 5.0  # policies and namespace labels are read again after this many seconds
+
+
 class Cluster(Protocol):
-    def read_secret(self, namespace: str, name: str) -> dict[str, bytes]: ...
+    def read_secret(self, namespace: str, name: str) -> SecretRead: ...
+
+    def access_policies(self) -> list[NamedPolicy]:
+        """Every SpotpoolAccessPolicy (none when the CRD is not installed)."""
+        ...
+
+    def namespace_labels(self, namespace: str) -> dict[str, str]: ...
+
+    def pools_in(self, namespace: str) -> list[PoolUse]:
+        """The Spotpools of a namespace, as their status says (for its limits)."""
+        ...
 
     def patch_status(
         self, namespace: str, name: str, status: dict[str, Any], fence: Fence | None = None
@@ -53,6 +95,111 @@ class KubeCluster:
         self._api = kubernetes.client.ApiClient(client_config)
         self._core = kubernetes.client.CoreV1Api(self._api)
         self._custom = kubernetes.client.CustomObjectsApi(self._api)
+        self._cached: dict[str, tuple[float, Any]] = {}
+        self._guard = threading.Lock()
+
+    def _cache(self, key: str, read: Any) -> Any:
+        """`read()`, kept POLICY_TTL seconds (every pool's run asks; the answer rarely moves)."""
+        now = time.monotonic()
+        with self._guard:
+            held = self._cached.get(key)
+        if held is not None and now - held[0] < POLICY_TTL:
+            return held[1]
+        value = read()
+        with self._guard:
+            self._cached[key] = (now, value)
+        return value
+
+    def access_policies(self) -> list[NamedPolicy]:
+        return cast(list[NamedPolicy], self._cache("policies", self._read_policies))
+
+    def _read_policies(self) -> list[NamedPolicy]:
+        try:
+            listed = cast(
+                dict[str, Any],
+                self._custom.list_cluster_custom_object(
+                    GROUP, VERSION, ACCESS_PLURAL, _request_timeout=30
+                ),
+            )
+        except kubernetes.client.ApiException as error:
+            if error.status == 404:  # the CRD is not installed: no policy, the defaults
+                return []
+            if error.status == 403:
+                raise PermissionError(NO_POLICY_RIGHTS) from None
+            raise
+        policies = []
+        for item in listed.get("items") or []:
+            name = str(item["metadata"]["name"])
+            try:
+                spec = AccessPolicySpec.model_validate(item.get("spec") or {})
+            except ValidationError as error:
+                # The API server checked it against the CRD's schema; an older operator may
+                # not know a newer field. It still selects what it selected: it grants nothing.
+                log.warning("SpotpoolAccessPolicy %s not understood: %s", name, error)
+                raw = (item.get("spec") or {}).get("namespaces") or {}
+                spec = AccessPolicySpec.model_validate({"namespaces": raw})
+            policies.append(NamedPolicy(name, spec))
+        return policies
+
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        def read() -> dict[str, str]:
+            try:
+                found: Any = self._core.read_namespace(namespace, _request_timeout=30)
+            except kubernetes.client.ApiException as error:
+                if error.status == 403:
+                    raise PermissionError(NO_POLICY_RIGHTS) from None
+                raise
+            return dict(found.metadata.labels or {})
+
+        return cast(dict[str, str], self._cache(f"namespace:{namespace}", read))
+
+    def pools_in(self, namespace: str) -> list[PoolUse]:
+        listed = cast(
+            dict[str, Any],
+            self._custom.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, _request_timeout=30
+            ),
+        )
+        return [_pool_use(item) for item in listed.get("items") or []]
+
+    def all_pools(self, namespaces: list[str] | None) -> list[tuple[str, PoolUse]]:
+        """(namespace, pool) of every Spotpool the operator serves: of the cluster, or of the
+        namespaces `namespaces` names (exact names or kopf's glob patterns). One list of the
+        whole cluster; where that is not allowed, one per exactly named namespace."""
+        try:
+            listed = cast(
+                dict[str, Any],
+                self._custom.list_cluster_custom_object(
+                    GROUP, VERSION, PLURAL, _request_timeout=60
+                ),
+            )
+            items = listed.get("items") or []
+        except kubernetes.client.ApiException as error:
+            if error.status != 403 or namespaces is None:
+                raise
+            exact = [n for n in namespaces if not any(c in n for c in "*?[!")]
+            items = [item for ns in exact for item in self._items_in(ns)]
+        found = [(str(i["metadata"]["namespace"]), _pool_use(i)) for i in items]
+        if namespaces is None:
+            return found
+        return [(ns, p) for ns, p in found if any(fnmatch.fnmatchcase(ns, n) for n in namespaces)]
+
+    def _items_in(self, namespace: str) -> list[dict[str, Any]]:
+        listed: Any = self._custom.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, _request_timeout=30
+        )
+        return cast(list[dict[str, Any]], listed.get("items") or [])
+
+    def patch_policy_status(self, name: str, status: dict[str, Any]) -> None:
+        self._custom.patch_cluster_custom_object_status(
+            GROUP,
+            VERSION,
+            ACCESS_PLURAL,
+            name,
+            {"status": status},
+            _content_type="application/merge-patch+json",
+            _request_timeout=30,
+        )
 
     def core(self) -> Any:
         """The core API (Events posted outside kopf's handlers), on the same connection."""
@@ -123,7 +270,7 @@ class KubeCluster:
             raise ValueError("the kube-system Namespace has no uid")
         return str(metadata.uid)
 
-    def read_secret(self, namespace: str, name: str) -> dict[str, bytes]:
+    def read_secret(self, namespace: str, name: str) -> SecretRead:
         try:
             secret = self._core.read_namespaced_secret(name, namespace, _request_timeout=30)
         except kubernetes.client.ApiException as error:
@@ -133,7 +280,9 @@ class KubeCluster:
                     + ("not found" if error.status == 404 else "is not readable by the operator")
                 ) from None
             raise
-        return {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
+        meta: Any = secret.metadata
+        data = {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
+        return SecretRead(data, consents(meta.labels or {}, meta.annotations or {}))
 
     def patch_status(
         self, namespace: str, name: str, status: dict[str, Any], fence: Fence | None = None
@@ -172,4 +321,15 @@ def _pool_not_found(error: Any, name: str) -> bool:
         and body.get("reason") == "NotFound"
         and details.get("name") == name
         and details.get("kind") == PLURAL
+    )
+
+
+def _pool_use(item: Mapping[str, Any]) -> PoolUse:
+    spec = item.get("spec") or {}
+    types = spec.get("instanceTypes") or [spec.get("instanceType") or ""]
+    return PoolUse(
+        uid=str(item["metadata"]["uid"]),
+        name=str(item["metadata"]["name"]),
+        status=item.get("status") or {},
+        instance_types=[str(t) for t in types],
     )

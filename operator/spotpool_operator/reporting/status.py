@@ -38,6 +38,7 @@ from spotpool_operator.reporting.conditions import (
 __all__ = ["DEGRADED", "PROGRESSING", "READY", "RECONCILING", "STALLED", "STALLING", "condition"]
 
 INLINE_CREDENTIALS = "InlineCredentials"
+LIMITED = "Limited"  # a SpotpoolAccessPolicy's limit holds the pool below its desired count
 RUNNING = "RUNNING"
 SELECTOR_LABEL = "spotpool.devops.jokerbai.com/pool"
 
@@ -81,6 +82,15 @@ def inline_credentials(
     return with_condition(
         status, INLINE_CREDENTIALS, True, "InlineCredentials", message, generation, now
     )
+
+
+def limited(
+    status: SpotpoolStatus, message: str, generation: int | None, now: datetime
+) -> SpotpoolStatus:
+    """The Limited condition: True while a namespace limit holds the pool below its count."""
+    if not message:
+        return without_condition(status, LIMITED)
+    return with_condition(status, LIMITED, True, "NamespaceLimit", message, generation, now)
 
 
 def progressing(

@@ -8,11 +8,19 @@ objects drop `additionalProperties: false` (the API server prunes unknown fields
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
+from spotpool.api.access import (
+    ACCESS_KIND,
+    ACCESS_PLURAL,
+    AccessPolicySpec,
+    AccessPolicyStatus,
+)
 from spotpool.api.spec import GROUP, KIND, PLURAL, SPEC_RULES, VERSION, SpotpoolSpec
 from spotpool.api.status import SpotpoolStatus
 
 CRD_PATH = "crds/devops.jokerbai.com_spotpools.yaml"
+ACCESS_CRD_PATH = "crds/devops.jokerbai.com_spotpoolaccesspolicies.yaml"
 
 
 def _structural(node: Any, defs: dict[str, Any]) -> Any:
@@ -43,7 +51,7 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
     return out
 
 
-def schema_of(model: type[SpotpoolSpec] | type[SpotpoolStatus]) -> dict[str, Any]:
+def schema_of(model: type[BaseModel]) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True)
     return dict(_structural(raw, raw.get("$defs", {})))
 
@@ -176,6 +184,92 @@ def _column(
     return column
 
 
+def render_access() -> dict[str, Any]:
+    """The cluster-scoped SpotpoolAccessPolicy CRD (spotpool.api.access)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{ACCESS_PLURAL}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "scope": "Cluster",
+            "names": {
+                "kind": ACCESS_KIND,
+                "listKind": f"{ACCESS_KIND}List",
+                "plural": ACCESS_PLURAL,
+                "singular": ACCESS_KIND.lower(),
+                "shortNames": ["spap"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "What the cluster admin lets the Spotpools of some "
+                            "namespaces spend: the operator's identity, roles and accounts, "
+                            "regions, Secrets, and limits per namespace. Every policy selecting "
+                            "a namespace applies there; with none, a pool may use only Secrets "
+                            "of its namespace that opt in.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": schema_of(AccessPolicySpec),
+                                "status": schema_of(AccessPolicyStatus),
+                            },
+                        }
+                    },
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [
+                        _column("Pools", "integer", ".status.pools"),
+                        _column("Instances", "integer", ".status.instances"),
+                        _column(
+                            "Max-Instances",
+                            "integer",
+                            ".spec.limits.instances",
+                            0,
+                            "Instances a namespace may run (limits.instances, per namespace).",
+                        ),
+                        _column("Cost", "number", ".status.hourlyCost"),
+                        _column(
+                            "Max-Cost",
+                            "number",
+                            ".spec.limits.hourlyCost",
+                            0,
+                            "What a namespace's instances may cost an hour (per namespace).",
+                        ),
+                        _column("Held", "integer", ".status.held"),
+                        _column("GPUs", "integer", ".status.gpus", 1),
+                        _column("Max-GPUs", "integer", ".spec.limits.gpus", 1),
+                        _column(
+                            "Busiest",
+                            "string",
+                            ".status.busiest",
+                            1,
+                            "The namespace nearest to a limit.",
+                        ),
+                        _column("Age", "date", ".metadata.creationTimestamp"),
+                    ],
+                }
+            ],
+        },
+    }
+
+
+HEADER = "# Generated from spotpool.api by `spotpool crd generate`; do not edit by hand.\n"
+
+
 def render_yaml() -> str:
-    header = "# Generated from spotpool.api by `spotpool crd generate`; do not edit by hand.\n"
-    return header + yaml.safe_dump(render(), sort_keys=False, width=100)
+    return HEADER + yaml.safe_dump(render(), sort_keys=False, width=100)
+
+
+def render_access_yaml() -> str:
+    return HEADER + yaml.safe_dump(render_access(), sort_keys=False, width=100)
+
+
+# Each generated CRD file (crds/ and the chart's crds/), and what it holds.
+GENERATED = {CRD_PATH: render_yaml, ACCESS_CRD_PATH: render_access_yaml}

@@ -30,7 +30,9 @@ class AssumeRole(BaseModel):
     session_name: str = Field(
         "spotpool",
         pattern=SESSION_NAME,
-        description="Session name shown in the account's CloudAudit (2-128 characters).",
+        description="Ignored (kept so that older manifests apply): the operator names every "
+        "session spotpool-<namespace>-<pool> itself, so trust policies and CloudAudit can tell "
+        "the teams apart.",
     )
     duration_seconds: int = Field(
         DEFAULT_ROLE_SECONDS,
@@ -43,7 +45,8 @@ class AssumeRole(BaseModel):
         None,
         min_length=2,
         max_length=128,
-        description="External id the role's trust policy asks for (sts:external_id), if any.",
+        description="Ignored (kept so that older manifests apply): the external id sent is the "
+        "one of the SpotpoolAccessPolicy that grants the role, never the spec's.",
     )
 
 

@@ -324,18 +324,21 @@ class SpotpoolSpec(Model):
     credentials_secret_ref: CredentialsSecretRef | None = Field(
         None,
         description="Secret with the API key pair, and the token when the keys are temporary "
-        "(recommended over inline keys).",
+        "(recommended over inline keys). The Secret must opt in: the label or annotation "
+        'spotpool.devops.jokerbai.com/usable: "true", or a SpotpoolAccessPolicy naming it.',
     )
     assume_role: AssumeRole | None = Field(
         None,
         description="A CAM role to assume (STS AssumeRole) with the Secret's keys or, when "
         "useOperatorIdentity is set, with the operator's own identity; the pool's instances "
-        "run in the role's account. Temporary keys are renewed before they expire.",
+        "run in the role's account. Temporary keys are renewed before they expire. Only a role "
+        "the SpotpoolAccessPolicies selecting the namespace grant.",
     )
     use_operator_identity: bool = Field(
         False,
         description="Reach the cloud as the operator itself: its service-account token "
-        "exchanged for the install's role (AssumeRoleWithWebIdentity); no Secret at all.",
+        "exchanged for the install's role (AssumeRoleWithWebIdentity); no Secret at all. Only "
+        "where the SpotpoolAccessPolicies selecting the namespace grant operatorIdentity.",
     )
     availability_zones: list[ZONE] | None = Field(
         None, max_length=10, description="Zones to spread instances over, in slot order."

@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 import yaml
 
+from spotpool.api.access import CONSENT_KEY
 from spotpool.children import tied_to_parent
 from spotpool.localworld.emulator import (
     SECRET_ID,
@@ -41,6 +42,18 @@ def article_manifest() -> dict[str, Any]:
     manifest["spec"]["secretId"] = SECRET_ID
     manifest["spec"]["secretKey"] = SECRET_KEY
     return manifest
+
+
+def secret_manifest(name: str = "tencentcloud", consent: bool = True) -> dict[str, Any]:
+    """The Secret of the emulator's keys; with `consent`, opted in to being used by Spotpools
+    (the label spotpool.devops.jokerbai.com/usable: "true", docs/access.md)."""
+    labels = {CONSENT_KEY: "true"} if consent else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "labels": labels},
+        "stringData": {"secretId": SECRET_ID, "secretKey": SECRET_KEY},
+    }
 
 
 def pool_manifest(name: str, **spec: Any) -> dict[str, Any]:
@@ -188,10 +201,7 @@ class OperatorWorld:
         """A fresh namespace with the `tencentcloud` Secret holding the emulator's keys."""
         name = f"{self.namespace_prefix}{uuid.uuid4().hex[:8]}"
         self.kube.ok("create", "namespace", name)
-        self.kube.ok(
-            "-n", name, "create", "secret", "generic", "tencentcloud",
-            f"--from-literal=secretId={SECRET_ID}", f"--from-literal=secretKey={SECRET_KEY}",
-        )  # fmt: skip
+        self.kube.ok("-n", name, "apply", "-f", "-", stdin=json.dumps(secret_manifest()))
         self.namespaces.append(name)
         return name
 
@@ -306,8 +316,9 @@ def local_world(
             reclaim_notice_seconds=notice_seconds, extra_args=emulator_args,
         )  # fmt: skip
         kube = Kube(state.kubeconfig, tool_status(TOOLS_BY_NAME["kubectl"]).path)
-        kube.ok("apply", "-f", str(ROOT / "crds" / "devops.jokerbai.com_spotpools.yaml"))
-        kube.ok("wait", "--for=condition=Established", "crd/spotpools.devops.jokerbai.com")
+        kube.ok("apply", "-f", str(ROOT / "crds"))  # Spotpool, SpotpoolAccessPolicy
+        kube.ok("wait", "--for=condition=Established", "crd/spotpools.devops.jokerbai.com",
+                "crd/spotpoolaccesspolicies.devops.jokerbai.com")  # fmt: skip
         (work / "backend").mkdir(exist_ok=True)
         world = OperatorWorld(kube, emulator, work, **options)
         yield world

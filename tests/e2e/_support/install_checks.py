@@ -13,8 +13,7 @@ from spotpool.localworld.kube import Kube
 from tests._support.tools import require_tool
 from tests.e2e import installs, pod
 from tests.e2e.installs import DEPLOY
-from tests.emulator.harness import SECRET_ID, SECRET_KEY
-from tests.operator.world import pool_manifest
+from tests.operator.world import pool_manifest, secret_manifest
 
 POOLS = "spotpools.devops.jokerbai.com"
 
@@ -25,7 +24,11 @@ CRDS = "customresourcedefinitions.apiextensions.k8s.io"
 LEASES = "leases.coordination.k8s.io"
 
 
-NAMESPACES = ("namespaces", "list watch")  # kopf, when it serves some namespaces
+NAMESPACES = ("namespaces", "get list watch")  # kopf, when it serves some namespaces
+# The access policies (read; their status written) and namespaces' labels (get), always.
+POLICIES = "spotpoolaccesspolicies.devops.jokerbai.com"
+ACCESS = {(POLICIES, "get list watch"), (f"{POLICIES}/status", "patch")}
+NAMESPACE_LABELS = ("namespaces", "get")
 # In its own namespace beside its Leases: the learned interruption counts' ConfigMap (created
 # once, then only that one name read and written).
 INTERRUPTIONS = {("configmaps", "create"), ("configmaps", "get update")}
@@ -62,7 +65,8 @@ def nothing_more(kube: Kube, account: str, namespace: str, scan: set[tuple[str, 
         ("events", "create"),
         ("secrets", "get"),
         (CRDS, "get list watch"),
-        *scan,
+        *ACCESS,
+        *(scan or {NAMESPACE_LABELS}),
     }
     never: list[tuple[str, ...]] = [
         ("list", "secrets"), ("watch", "secrets"), ("create", "secrets"), ("delete", "secrets"),
@@ -80,7 +84,8 @@ def nothing_more(kube: Kube, account: str, namespace: str, scan: set[tuple[str, 
             verb, resource, extra,
         )  # fmt: skip
     for verb, resource in (
-        ("list", "nodes"), ("get", "namespaces"), ("delete", "namespaces"), ("delete", CRDS),
+        ("list", "nodes"), ("update", "namespaces"), ("delete", "namespaces"), ("delete", CRDS),
+        ("create", POLICIES), ("update", POLICIES), ("delete", POLICIES),
         ("create", CRDS),
         ("patch", CRDS), ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
     ):  # fmt: skip
@@ -119,9 +124,7 @@ def operator_serves_only_team_a(
     Events, adding its finalizer), destroys it through the finalizer, and leaves other's pool
     alone, with no permission error in its log."""
     for ns in ("team-a", "other"):
-        kube.ok("-n", ns, "create", "secret", "generic", "tencentcloud",
-                f"--from-literal=secretId={SECRET_ID}",
-                f"--from-literal=secretKey={SECRET_KEY}")  # fmt: skip
+        kube.ok("-n", ns, "apply", "-f", "-", stdin=json.dumps(secret_manifest()))
         kube.ok("-n", ns, "apply", "-f", "-", stdin=json.dumps(pool_manifest("gpu")))
     kubeconfig = installs.kubeconfig_for(
         kube, namespace, "spotpool-operator", directory / "operator.kubeconfig"
