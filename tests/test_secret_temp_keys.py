@@ -4,10 +4,12 @@ re-signed with the new keys by the local API proxy — before, the run signed wi
 started with until they expired. Real HTTP servers on 127.0.0.1 and the SDK's signing."""
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from spotpool_operator.basics import credentials as pool_credentials
 from spotpool_operator.basics.credentials import resolve
+from spotpool_operator.reporting.kube import SecretRead
 
 from spotpool.api.spec import SpotpoolSpec
 from spotpool.engine.tencent import api_proxy
@@ -25,9 +27,12 @@ class _Secrets:
         self.data = {b"secretId": b"AKIDtemp0001", b"secretKey": b"key-1", b"token": b"tok-1"}
         self.reads = 0
 
-    def read_secret(self, namespace: str, name: str) -> dict[str, bytes]:
+    def read_secret(self, namespace: str, name: str) -> SecretRead:
         self.reads += 1
-        return {k.decode(): v for k, v in self.data.items()}
+        return SecretRead({k.decode(): v for k, v in self.data.items()}, consents=True)
+
+    def access_policies(self) -> list[Any]:
+        return []  # no policy: an opted-in Secret of the pool's own namespace is usable
 
 
 @pytest.fixture
@@ -46,7 +51,7 @@ def test_a_run_is_re_signed_with_the_keys_written_into_the_secret_since_it_start
          if k not in ("secretId", "secretKey") and v is not None}
     )  # fmt: skip
     secrets = _Secrets()
-    keys = resolve(secrets, "team-a", spec, cache=cache)  # type: ignore[arg-type]
+    keys = resolve(secrets, "team-a", "gpu", spec, cache=cache)  # type: ignore[arg-type]
     host, port = cloud.server_address[:2]
     proxy = ApiProxy(f"http://{host!s}:{port}", Buckets())
     try:

@@ -78,9 +78,7 @@ def test_watched_namespaces_each_get_a_role_and_no_cluster_wide_pool_rights() ->
         assert binding["subjects"][0]["namespace"] == "spotpool-system"
     cluster_roles = [o for o in found.values() if o["kind"] == "ClusterRole"]
     # kopf matches its namespace patterns against the listed namespaces (read-only).
-    assert [role["rules"] for role in cluster_roles] == [
-        CRD_RULES + NAMESPACE_RULES
-    ]
+    assert [role["rules"] for role in cluster_roles] == [CRD_RULES + NAMESPACE_RULES]
     assert "Role/spotpool-system/spotpool-operator" not in found  # its own ns is not watched
     variables = env(list(found.values()))
     assert variables["SPOTPOOL_NAMESPACE"] == "team-a,team-b"

@@ -154,9 +154,7 @@ def _keys(
     return cache.get(f"secret:{namespace}/{ref.name}", reread)
 
 
-def _keys_once(
-    cluster: Cluster, namespace: str, spec: SpotpoolSpec, access: Access
-) -> Credentials:
+def _keys_once(cluster: Cluster, namespace: str, spec: SpotpoolSpec, access: Access) -> Credentials:
     ref = spec.credentials_secret_ref
     if ref is None:
         if spec.secret_id is None or spec.secret_key is None:
@@ -228,6 +226,7 @@ def credentials_of(
     cluster: Cluster, record: AccountRecord, endpoint: str | None = None
 ) -> Credentials:
     """The credentials a recorded account (engine/leftovers/accounts.py) names, resolved as its
-    pool's were: its Secret read again, its role assumed again."""
+    pool's were: its Secret read again (if it still opts in), its role assumed again (if a
+    policy still allows it), under a session of the sweep's own name."""
     spec = SpotpoolSpec.model_validate({**_SPEC_SHELL, "region": record.region, **record.source})
-    return resolve(cluster, record.namespace, spec, endpoint)
+    return resolve(cluster, record.namespace, "stray-sweep", spec, endpoint)
