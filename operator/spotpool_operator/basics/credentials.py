@@ -110,7 +110,8 @@ def resolve(
 # Refusals whose code is shared by several causes, told apart by what STS says.
 _EXTERNAL_ID = (
     "ExternalIdMismatch",
-    "set spec.assumeRole.externalId to the external id the role's trust policy asks for",
+    "set the externalId of the SpotpoolAccessPolicy granting this role to the one the role's "
+    "trust policy asks for (the spec's is not sent)",
 )
 
 
