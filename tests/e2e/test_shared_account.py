@@ -24,6 +24,7 @@ import pytest
 import yaml
 from pydantic import SecretStr
 
+from spotpool.api.access import CONSENT_KEY
 from spotpool.api.crd import CRD_PATH
 from spotpool.localworld.kube import Kube
 from spotpool.localworld.slow_proxy import StallProxy, target_of
@@ -228,6 +229,7 @@ def test_a_cluster_rebuilt_against_the_same_backend_takes_its_pools_back(
     c.kube.ok("-n", ns, "create", "secret", "generic", "tencentcloud",
               f"--from-literal=secretId={c.emulator.secret_id}",
               f"--from-literal=secretKey={c.emulator.secret_key}")  # fmt: skip
+    c.kube.ok("-n", ns, "label", "secret", "tencentcloud", f"{CONSENT_KEY}=true")  # opts in
     c.namespaces.append(ns)
     shared.reported = launch_tagged(c, ns, "gone", str(uuid.uuid4()), 0, INSTALL, cluster_c)[1]
     # A restore brings pools back in any order: one resumes at once, one waits (paused).
