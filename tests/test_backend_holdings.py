@@ -85,10 +85,12 @@ def _state(*tags: dict[str, str]) -> dict[str, object]:
 def test_a_stack_whose_instances_lack_this_clusters_tag_is_not_taken_as_applied() -> None:
     """The first start after the upgrade, or a rebuilt cluster: one `up` tags them."""
     mine = {"spotpool-install": "i", "spotpool-cluster": "c-1"}
-    assert tagged_for(_state(mine, mine), "i", "c-1")
-    assert not tagged_for(_state(mine, {"spotpool-install": "i"}), "i", "c-1")
-    assert not tagged_for(_state({**mine, "spotpool-cluster": "old"}), "i", "c-1")
-    assert tagged_for(_state({"spotpool-install": "i"}), "i", None)  # by hand: no check
+    assert tagged_for(_state(mine, mine), "c-1")
+    assert not tagged_for(_state(mine, {"spotpool-install": "i"}), "c-1")
+    assert not tagged_for(_state({**mine, "spotpool-cluster": "old"}), "c-1")
+    # another install of this cluster (a pool moved to another operatorClass): no up for it
+    assert tagged_for(_state({**mine, "spotpool-install": "other"}), "c-1")
+    assert tagged_for(_state({"spotpool-install": "i"}), None)  # by hand: no check
     assert cluster_in(_state({"spotpool-install": "i"}, mine)) == "c-1"
 
 

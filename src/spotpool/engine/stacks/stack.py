@@ -330,7 +330,7 @@ class PoolStack:
 
     def applied_config(self) -> StackConfig | None:
         """The config the stack's last `up` applied (the program exports it), or None (also
-        when an instance it holds lacks this install's or this cluster's tag: a stack taken
+        when an instance it holds lacks this cluster's tag: a stack taken
         over by a rebuilt cluster, or made before the cluster tag, runs one `up`). Read
         straight from a self-managed backend's checkpoint when it can be (no CLI run: a
         restart over a thousand pools reads a thousand of them), else through the CLI."""
@@ -342,7 +342,7 @@ class PoolStack:
             except auto.CommandError:
                 forget_known(self)
                 return None
-            if not tagged_for(state, self.settings.install_id, self.settings.cluster_id):
+            if not tagged_for(state, self.settings.cluster_id):
                 return None  # made before the cluster tag, or by another cluster: an up tags
             return applied_config_in(state)
 

@@ -9,7 +9,7 @@ from pulumi import automation as auto
 
 from spotpool.api.notices import NONCE_TAG
 from spotpool.api.spec import ChargeType
-from spotpool.api.stackconfig import TAG_CLUSTER, TAG_INSTALL, StackConfig
+from spotpool.api.stackconfig import TAG_CLUSTER, StackConfig
 from spotpool.engine.basics.results import SlotOutput
 from spotpool.engine.state.lean_stack import LeanStack
 from spotpool.engine.state.urns import slot_of_urn, surge_slot_of_urn
@@ -89,17 +89,18 @@ def surge_plan(slots: set[int], surges: set[int], count: int) -> tuple[list[int]
     return keep, promote
 
 
-def tagged_for(state: Mapping[str, Any], install_id: str, cluster_id: str | None) -> bool:
-    """Whether every instance the state holds carries this install's and this cluster's tags
-    (as the last run set them). No cluster id (run by hand): nothing to check."""
+def tagged_for(state: Mapping[str, Any], cluster_id: str | None) -> bool:
+    """Whether every instance the state holds carries this cluster's tag (as the last run set
+    it). No cluster id (run by hand): nothing to check. The install tag is not asked for: a
+    pool moved to another install of the same cluster (operatorClass) changes hands without an
+    up, its instances proven its own by the stack that holds them; its next up re-tags them."""
     if cluster_id is None:
         return True
-    wanted = {TAG_INSTALL: install_id, TAG_CLUSTER: cluster_id}
     for resource in state.get("resources") or []:
         if resource.get("type") != SLOT_TYPE or not resource.get("id"):
             continue
         tags = (resource.get("outputs") or {}).get("tags") or {}
-        if any(tags.get(key) != value for key, value in wanted.items()):
+        if tags.get(TAG_CLUSTER) != cluster_id:
             return False
     return True
 
