@@ -9,19 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_tool
-
-
-def _processes_mentioning(text: str) -> list[str]:
-    """Command lines of live processes that name `text` (our emulator, etcd, kube-apiserver)."""
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if text in cmdline and "pytest" not in cmdline:
-            found.append(cmdline)
-    return found
+from tests.e2e._support.proc_scan import processes_mentioning
 
 
 @pytest.mark.e2e
@@ -50,4 +38,4 @@ def test_demo_runs_the_local_world_and_cleans_up(tmp_path: Path) -> None:
     emulator_log = (tmp_path / "emulator.log").read_text()
     assert "action=cvm.RunInstances" in emulator_log
     assert "admin=reclaim" in emulator_log
-    assert _processes_mentioning(str(tmp_path)) == []
+    assert processes_mentioning(str(tmp_path)) == []

@@ -32,6 +32,7 @@ from tests._support.docs_recipes import (
     transcript,
 )
 from tests.conftest import require_tool
+from tests.e2e._support.proc_scan import processes_mentioning
 
 pytestmark = pytest.mark.e2e  # a world of its own: a cluster, an operator (one, so not heavy)
 
@@ -43,18 +44,6 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def _processes_mentioning(text: str) -> list[str]:
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if text in cmdline and "pytest" not in cmdline:
-            found.append(cmdline)
-    return found
 
 
 @pytest.fixture
@@ -126,7 +115,7 @@ def test_the_local_recipes_run_as_written_and_print_what_the_pages_show(
 
     # The README's teardown left nothing behind: no process, no directory, no work dir.
     terminal.close()
-    problems += [f"still running after the teardown: {p}" for p in _processes_mentioning(world)]
+    problems += [f"still running after the teardown: {p}" for p in processes_mentioning(world)]
     if Path(world).exists():
         problems.append(f"the teardown left {world} behind: {sorted(os.listdir(world))}")
     state = tmp_path / "state" / "spotpool"

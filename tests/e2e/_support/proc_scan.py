@@ -60,3 +60,17 @@ class ProcScan:
                 self.found.append(f"{what} in {name}'s cmdline")
             if value in raw.decode(errors="replace"):
                 self.found.append(f"{what} in {name}'s environ")
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that name `text` (a world's emulator, etcd,
+    kube-apiserver, operator), pytest's own aside: what a teardown left running."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline and "pytest" not in cmdline:
+            found.append(cmdline)
+    return found
