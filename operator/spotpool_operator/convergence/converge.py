@@ -1,7 +1,6 @@
 """Create, update, resume: `up` the pool to its spec, coalescing requests that arrive while an
 operation runs; a restart over a pool its stack already applied runs none."""
 
-import asyncio
 import time
 from collections.abc import Callable
 
@@ -12,7 +11,6 @@ from spotpool.engine.stacks.replan import Replan
 from spotpool.engine.stacks.rollout import roll_out
 from spotpool.engine.stacks.stack import PoolStack
 from spotpool.engine.tencent.credentials import Credentials
-from spotpool_operator.basics.credentials import resolve
 from spotpool_operator.basics.failures import PoolProblem
 from spotpool_operator.basics.pools import PoolRef, PoolState
 from spotpool_operator.convergence.engine_runner import NO_CREDENTIALS, PoolEngine, PoolWork
@@ -72,14 +70,7 @@ class Converging(PoolWork):
         if len(pool.status.instances) < pool.status.replicas:
             return  # short of instances (a run cut short): run the up, which refreshes first
         try:  # reading what was applied needs no cloud keys: the Secret may be gone
-            credentials: Credentials | None = await asyncio.to_thread(
-                resolve,
-                self.cluster,
-                ref.namespace,
-                ref.name,
-                spec,
-                self.settings.engine.cloud_endpoint,
-            )
+            credentials: Credentials | None = await self._resolve(ref, spec)
         except PoolProblem:
             credentials = None
         try:

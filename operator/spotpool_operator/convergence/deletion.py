@@ -1,7 +1,6 @@
 """Deletion (the finalizer): destroy the stack, or forget it and keep the instances — and
 always end or say why, even when the pool's Secret is gone."""
 
-import asyncio
 from datetime import datetime
 
 from pydantic import ValidationError
@@ -11,7 +10,6 @@ from spotpool.api.status import SpotpoolStatus
 from spotpool.engine.basics.errors import InstancesRemain
 from spotpool.engine.leftovers.accounts import account_of
 from spotpool.engine.tencent.credentials import Credentials
-from spotpool_operator.basics.credentials import resolve
 from spotpool_operator.basics.failures import PoolProblem, classify
 from spotpool_operator.basics.pools import PoolRef, PoolState
 from spotpool_operator.convergence.engine_runner import NO_CREDENTIALS, PoolWork
@@ -133,14 +131,7 @@ class Deletion(PoolWork):
         """
         try:
             spec = SpotpoolSpec.model_validate(ref.spec)
-            credentials = await asyncio.to_thread(
-                resolve,
-                self.cluster,
-                ref.namespace,
-                ref.name,
-                spec,
-                self.settings.engine.cloud_endpoint,
-            )
+            credentials = await self._resolve(ref, spec)
             return credentials, None
         except (PoolProblem, ValidationError) as error:
             if pool.credentials is not None:

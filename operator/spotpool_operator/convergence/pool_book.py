@@ -141,18 +141,23 @@ class PoolBook(EngineCalls):
         pool.limit_note = found.message if found.count < spec.desired_count() else ""
         return limits.held_spec(spec, found.count)
 
+    async def _resolve(self, ref: PoolRef, spec: SpotpoolSpec) -> Credentials:
+        """The pool's credentials as its spec and the access policies say (off the loop: it
+        reads Secrets and may call STS)."""
+        return await asyncio.to_thread(
+            resolve,
+            self.cluster,
+            ref.namespace,
+            ref.name,
+            spec,
+            self.settings.engine.cloud_endpoint,
+        )
+
     async def _credentials(
         self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec, kind: str, quiet: bool = False
     ) -> Credentials:
         try:
-            return await asyncio.to_thread(
-                resolve,
-                self.cluster,
-                ref.namespace,
-                ref.name,
-                spec,
-                self.settings.engine.cloud_endpoint,
-            )
+            return await self._resolve(ref, spec)
         except Exception as error:
             problem = classify(error)
             if not quiet or degraded_reason(pool.status) != problem.reason:

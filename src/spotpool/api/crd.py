@@ -61,19 +61,113 @@ def render() -> dict[str, Any]:
     spec_schema["x-kubernetes-validations"] = [
         {"rule": rule, "message": message} for rule, message in SPEC_RULES
     ]
+    return _crd(
+        kind=KIND,
+        plural=PLURAL,
+        scope="Namespaced",
+        short_name="sp",
+        description="A pool of Tencent Cloud spot CVM instances kept at its declared size; "
+        "one Pulumi stack per pool.",
+        properties={"spec": spec_schema, "status": schema_of(SpotpoolStatus)},
+        subresources={
+            "status": {},
+            "scale": {
+                "specReplicasPath": ".spec.replicas",
+                "statusReplicasPath": ".status.replicas",
+                "labelSelectorPath": ".status.selector",
+            },
+        },
+        columns=[
+            _column("Desired", "integer", ".status.replicas"),
+            _column("Ready", "integer", ".status.readyReplicas"),
+            _column("Phase", "string", ".status.phase"),
+            _column(
+                "Reason",
+                "string",
+                '.status.conditions[?(@.type=="Ready")].reason',
+                0,
+                "Why the pool is Ready or not (the Ready condition's reason).",
+            ),
+            _column(
+                "On-Demand",
+                "integer",
+                ".status.onDemandReplicas",
+                0,
+                "Instances running on-demand: a spot pool's fallbacks.",
+            ),
+            _column("Age", "date", ".metadata.creationTimestamp"),
+            _column(
+                "Cost",
+                "number",
+                ".status.hourlyCost",
+                0,
+                "What the pool's instances cost an hour now (status.hourlyCost).",
+            ),
+            # -o wide: which install, and trouble at a glance, without -o yaml
+            _column(
+                "Class",
+                "string",
+                ".spec.operatorClass",
+                1,
+                "The operator install that manages the pool (--operator-class).",
+            ),
+            _column(
+                "Reclaims",
+                "integer",
+                ".status.reclaims.total",
+                1,
+                "Spot instances the cloud reclaimed from this pool.",
+            ),
+            _column(
+                "Last-Reclaim",
+                "date",
+                ".status.reclaims.lastTime",
+                1,
+                "How long ago the last reclaim was found.",
+            ),
+            _column(
+                "Last-Op",
+                "string",
+                ".status.stack.lastOperation.kind",
+                1,
+                "The last engine operation (up, refresh, destroy).",
+            ),
+            _column(
+                "Result",
+                "string",
+                ".status.stack.lastOperation.result",
+                1,
+                "How the last engine operation ended (succeeded or failed).",
+            ),
+        ],
+    )
+
+
+def _crd(
+    *,
+    kind: str,
+    plural: str,
+    scope: str,
+    short_name: str,
+    description: str,
+    properties: dict[str, Any],
+    subresources: dict[str, Any],
+    columns: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """One CustomResourceDefinition of the group, served and stored at VERSION."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}"},
+        "metadata": {"name": f"{plural}.{GROUP}"},
         "spec": {
             "group": GROUP,
-            "scope": "Namespaced",
+            "scope": scope,
             "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": KIND.lower(),
-                "shortNames": ["sp"],
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": [short_name],
             },
             "versions": [
                 {
@@ -83,89 +177,18 @@ def render() -> dict[str, Any]:
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",
-                            "description": "A pool of Tencent Cloud spot CVM instances kept at "
-                            "its declared size; one Pulumi stack per pool.",
+                            "description": description,
                             "required": ["spec"],
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},
                                 "metadata": {"type": "object"},
-                                "spec": spec_schema,
-                                "status": schema_of(SpotpoolStatus),
+                                **properties,
                             },
                         }
                     },
-                    "subresources": {
-                        "status": {},
-                        "scale": {
-                            "specReplicasPath": ".spec.replicas",
-                            "statusReplicasPath": ".status.replicas",
-                            "labelSelectorPath": ".status.selector",
-                        },
-                    },
-                    "additionalPrinterColumns": [
-                        _column("Desired", "integer", ".status.replicas"),
-                        _column("Ready", "integer", ".status.readyReplicas"),
-                        _column("Phase", "string", ".status.phase"),
-                        _column(
-                            "Reason",
-                            "string",
-                            '.status.conditions[?(@.type=="Ready")].reason',
-                            0,
-                            "Why the pool is Ready or not (the Ready condition's reason).",
-                        ),
-                        _column(
-                            "On-Demand",
-                            "integer",
-                            ".status.onDemandReplicas",
-                            0,
-                            "Instances running on-demand: a spot pool's fallbacks.",
-                        ),
-                        _column("Age", "date", ".metadata.creationTimestamp"),
-                        _column(
-                            "Cost",
-                            "number",
-                            ".status.hourlyCost",
-                            0,
-                            "What the pool's instances cost an hour now (status.hourlyCost).",
-                        ),
-                        # -o wide: which install, and trouble at a glance, without -o yaml
-                        _column(
-                            "Class",
-                            "string",
-                            ".spec.operatorClass",
-                            1,
-                            "The operator install that manages the pool (--operator-class).",
-                        ),
-                        _column(
-                            "Reclaims",
-                            "integer",
-                            ".status.reclaims.total",
-                            1,
-                            "Spot instances the cloud reclaimed from this pool.",
-                        ),
-                        _column(
-                            "Last-Reclaim",
-                            "date",
-                            ".status.reclaims.lastTime",
-                            1,
-                            "How long ago the last reclaim was found.",
-                        ),
-                        _column(
-                            "Last-Op",
-                            "string",
-                            ".status.stack.lastOperation.kind",
-                            1,
-                            "The last engine operation (up, refresh, destroy).",
-                        ),
-                        _column(
-                            "Result",
-                            "string",
-                            ".status.stack.lastOperation.result",
-                            1,
-                            "How the last engine operation ended (succeeded or failed).",
-                        ),
-                    ],
+                    "subresources": subresources,
+                    "additionalPrinterColumns": columns,
                 }
             ],
         },
@@ -186,78 +209,51 @@ def _column(
 
 def render_access() -> dict[str, Any]:
     """The cluster-scoped SpotpoolAccessPolicy CRD (spotpool.api.access)."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{ACCESS_PLURAL}.{GROUP}"},
-        "spec": {
-            "group": GROUP,
-            "scope": "Cluster",
-            "names": {
-                "kind": ACCESS_KIND,
-                "listKind": f"{ACCESS_KIND}List",
-                "plural": ACCESS_PLURAL,
-                "singular": ACCESS_KIND.lower(),
-                "shortNames": ["spap"],
-            },
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "description": "What the cluster admin lets the Spotpools of some "
-                            "namespaces spend: the operator's identity, roles and accounts, "
-                            "regions, Secrets, and limits per namespace. Every policy selecting "
-                            "a namespace applies there; with none, a pool may use only Secrets "
-                            "of its namespace that opt in.",
-                            "required": ["spec"],
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": schema_of(AccessPolicySpec),
-                                "status": schema_of(AccessPolicyStatus),
-                            },
-                        }
-                    },
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": [
-                        _column("Pools", "integer", ".status.pools"),
-                        _column("Instances", "integer", ".status.instances"),
-                        _column(
-                            "Max-Instances",
-                            "integer",
-                            ".spec.limits.instances",
-                            0,
-                            "Instances a namespace may run (limits.instances, per namespace).",
-                        ),
-                        _column("Cost", "number", ".status.hourlyCost"),
-                        _column(
-                            "Max-Cost",
-                            "number",
-                            ".spec.limits.hourlyCost",
-                            0,
-                            "What a namespace's instances may cost an hour (per namespace).",
-                        ),
-                        _column("Held", "integer", ".status.held"),
-                        _column("GPUs", "integer", ".status.gpus", 1),
-                        _column("Max-GPUs", "integer", ".spec.limits.gpus", 1),
-                        _column(
-                            "Busiest",
-                            "string",
-                            ".status.busiest",
-                            1,
-                            "The namespace nearest to a limit.",
-                        ),
-                        _column("Age", "date", ".metadata.creationTimestamp"),
-                    ],
-                }
-            ],
+    return _crd(
+        kind=ACCESS_KIND,
+        plural=ACCESS_PLURAL,
+        scope="Cluster",
+        short_name="spap",
+        description="What the cluster admin lets the Spotpools of some namespaces spend: the "
+        "operator's identity, roles and accounts, regions, Secrets, and limits per namespace. "
+        "Every policy selecting a namespace applies there; with none, a pool may use only "
+        "Secrets of its namespace that opt in.",
+        properties={
+            "spec": schema_of(AccessPolicySpec),
+            "status": schema_of(AccessPolicyStatus),
         },
-    }
+        subresources={"status": {}},
+        columns=[
+            _column("Pools", "integer", ".status.pools"),
+            _column("Instances", "integer", ".status.instances"),
+            _column(
+                "Max-Instances",
+                "integer",
+                ".spec.limits.instances",
+                0,
+                "Instances a namespace may run (limits.instances, per namespace).",
+            ),
+            _column("Cost", "number", ".status.hourlyCost"),
+            _column(
+                "Max-Cost",
+                "number",
+                ".spec.limits.hourlyCost",
+                0,
+                "What a namespace's instances may cost an hour (per namespace).",
+            ),
+            _column("Held", "integer", ".status.held"),
+            _column("GPUs", "integer", ".status.gpus", 1),
+            _column("Max-GPUs", "integer", ".spec.limits.gpus", 1),
+            _column(
+                "Busiest",
+                "string",
+                ".status.busiest",
+                1,
+                "The namespace nearest to a limit.",
+            ),
+            _column("Age", "date", ".metadata.creationTimestamp"),
+        ],
+    )
 
 
 HEADER = "# Generated from spotpool.api by `spotpool crd generate`; do not edit by hand.\n"

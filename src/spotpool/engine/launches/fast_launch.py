@@ -43,7 +43,6 @@ from spotpool.api.stackconfig import (
 )
 from spotpool.engine.basics.errors import EngineError
 from spotpool.engine.basics.stack_view import StackView
-from spotpool.engine.fencing.processes import current_fence
 from spotpool.engine.launches import launch_intents
 from spotpool.engine.launches.launch_intents import SlotLaunch
 from spotpool.engine.leftovers import recovery
@@ -187,7 +186,7 @@ def launch_replacements(
         return FastLaunch()
     if config.user_data and config.user_data.startswith(USER_DATA_FINGERPRINT):
         raise EngineError(f"stack {pool.name}: the fast path needs the user data, not its hash")
-    fence = _fence_of(pool)
+    fence = recovery.pool_fence(pool)
     with stack_lock(pool.name):
         fence()
         recovery.break_stale_locks(pool)  # a live owner's lock raises StackLockedError
@@ -245,20 +244,6 @@ def launch_replacements(
                 if not sent.maybe_made:  # the cloud said no, and no earlier try may have made it
                     launch_intents.drop_launch(pool, slot, made)
         return done
-
-
-def _fence_of(pool: StackView) -> Callable[[], None]:
-    """The writer's right to write this pool, checkable from any thread: its Lease still held
-    and the calling operation's fence (the shard, in the same epoch) passed."""
-    writer = pool.settings.writer
-    operation = current_fence()
-
-    def fence() -> None:
-        if writer is not None and writer.lease is not None and not writer.lease.held():
-            raise EngineError(f"stack {pool.name}: this writer lost the pool's Lease")
-        operation()
-
-    return fence
 
 
 @dataclass

@@ -125,13 +125,14 @@ def sweep_orphans(
         else:
             found.left.append(decision)
     if found.terminated:  # fenced where it is sent, as every other write
-        cloud.terminate(client, [d.instance_id for d in found.terminated], _fence_of(pool))
+        cloud.terminate(client, [d.instance_id for d in found.terminated], pool_fence(pool))
     return found
 
 
-def _fence_of(pool: StackView) -> Callable[[], None]:
-    """The writer's right to write this pool, checked right before the termination is sent:
-    its Lease still held and the calling operation's fence (the shard, in the same epoch)."""
+def pool_fence(pool: StackView) -> Callable[[], None]:
+    """The writer's right to write this pool, checked right before a launch or a termination
+    is sent, from any thread: its Lease still held and the calling operation's fence (the
+    shard, in the same epoch) passed."""
     writer = pool.settings.writer
     operation = current_fence()
 
