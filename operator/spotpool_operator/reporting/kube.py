@@ -7,6 +7,7 @@ blocking: the reconciler runs them in threads.
 """
 
 import base64
+import copy
 import fnmatch
 import json
 import logging
@@ -79,6 +80,10 @@ class Cluster(Protocol):
         ...
 
 
+SHARED_CONNECTIONS = 32  # kept open: the engine threads, the sweeps, the policies' reads
+LEASE_CONNECTIONS = 20  # the renewal threads (8), a round's requests (8), the watch, spare
+
+
 class KubeCluster:
     def __init__(self, kubeconfig: str | None = None) -> None:
         """In a pod its service account; else `kubeconfig`, or KUBECONFIG / ~/.kube/config."""
@@ -92,6 +97,10 @@ class KubeCluster:
                 config_file=kubeconfig or os.environ.get("KUBECONFIG"),
                 client_configuration=client_config,
             )
+        # The engine threads' status writes come in bursts (a storm): connections beyond the
+        # pool are opened and thrown away, each a new TLS handshake on a starved CPU.
+        client_config.connection_pool_maxsize = SHARED_CONNECTIONS
+        self._config = client_config
         self._api = kubernetes.client.ApiClient(client_config)
         self._core = kubernetes.client.CoreV1Api(self._api)
         self._custom = kubernetes.client.CustomObjectsApi(self._api)
@@ -206,8 +215,12 @@ class KubeCluster:
         return self._core
 
     def coordination(self) -> Any:
-        """The Leases API, on the same connection settings."""
-        return kubernetes.client.CoordinationV1Api(self._api)
+        """The Leases API, on the same settings but connections of its own: a renewal never
+        waits behind a burst of status writes for a connection, nor pays a new handshake
+        because that burst filled the shared pool (a lone replica at load 24 slipped there)."""
+        config = copy.deepcopy(self._config)
+        config.connection_pool_maxsize = LEASE_CONNECTIONS
+        return kubernetes.client.CoordinationV1Api(kubernetes.client.ApiClient(config))
 
     def pool_uids(self, candidates: Mapping[str, str | None]) -> set[str] | None:
         """Which of `candidates` (uid -> "namespace/name") are the uid of a Spotpool that exists
