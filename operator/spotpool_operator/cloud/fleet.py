@@ -32,6 +32,7 @@ from pydantic import BaseModel, Field
 from spotpool.engine.leftovers.recovery import GONE_STATES
 from spotpool.engine.tencent.cloud import COUNTED_STATES, FleetInstance
 from spotpool.engine.tencent.credentials import Credentials
+from spotpool.engine.tencent.recent_writes import RECENT
 
 log = logging.getLogger("spotpool_operator.fleet")
 PAGE = 100  # DescribeInstances returns at most 100 instances a call
@@ -232,7 +233,10 @@ class FleetProbe:
             if watch.since > started:
                 continue  # the pool's instances changed while this sweep ran
             live = alive.get(uid, set())
-            gone = {slot for slot, instance in watch.expected.items() if instance not in live}
+            # A launch the listing has not caught up with is not gone (recent_writes.py).
+            missing = {s: i for s, i in watch.expected.items() if i not in live}
+            unlisted = RECENT.unlisted(missing.values())
+            gone = {slot for slot, instance in missing.items() if instance not in unlisted}
             if gone:
                 held = {s for s in gone if slots.get(uid, {}).get(s, set()) - {watch.expected[s]}}
                 for slot in gone:  # tell once per instance

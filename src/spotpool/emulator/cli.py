@@ -1,6 +1,6 @@
-"""`spotpool emulator serve | reclaim | price | capacity | iam | instances`: run the local Tencent
-Cloud, take spot instances back, move a spot price, sell a zone out, add identities, list what
-runs where."""
+"""`spotpool emulator serve | reclaim | price | capacity | iam | instances | misbehave`: run the
+local Tencent Cloud, take spot instances back, move a spot price, sell a zone out, add
+identities, list what runs where, make it misbehave."""
 
 import asyncio
 import json
@@ -23,6 +23,22 @@ if TYPE_CHECKING:
 # Well-known, documented keys like LocalStack's "test"/"test": the emulator guards nothing real.
 DEFAULT_SECRET_ID = "AKIDspotpoolEMULATOR0000000000000000"
 DEFAULT_SECRET_KEY = "spotpool-emulator-secret-key-0000"
+
+# The misbehaviour options, the same for `serve` and `misbehave` (docs/emulator.md).
+_LOSE_ANSWERS = (
+    "A share (0-1) of the calls of --lose-answers-actions take full effect, then their "
+    "connection is reset with no answer, as when an answer is lost on a real network."
+)
+_LOSE_ANSWERS_ACTIONS = "The actions whose answers --lose-answers loses, comma-separated."
+_LISTING_LAG = (
+    "DescribeInstances and DescribeInstancesStatus lag this many seconds: an instance younger "
+    "than that is not listed yet, one that went less than that ago is listed as it was."
+)
+_PARTIAL_RUNS = "A share (0-1) of RunInstances asking for 2 or more make fewer (at least 1)."
+_LAUNCH_FAILURES = "A share (0-1) of launched instances end in LAUNCH_FAILED, not RUNNING."
+_THROTTLE = "A share (0-1) of all API calls answer RequestLimitExceeded and do nothing."
+_SERVER_ERRORS = "A share (0-1) of all API calls answer InternalError and do nothing."
+_HTTP_503 = "A share (0-1) of all API calls get a load balancer's bare HTTP 503 and do nothing."
 
 app = typer.Typer(help="A local Tencent Cloud API emulator (CVM with spot).", no_args_is_help=True)
 
@@ -94,11 +110,22 @@ def serve(
         help="STS temporary keys live at most this many seconds, whatever DurationSeconds "
         "asks (tests of renewal use a minute; unset: as asked, up to 12 h).",
     ),
+    lose_answers: float = typer.Option(0.0, min=0, max=1, help=_LOSE_ANSWERS),
+    lose_answers_actions: str = typer.Option(
+        "RunInstances,TerminateInstances", help=_LOSE_ANSWERS_ACTIONS
+    ),
+    listing_lag: float = typer.Option(0.0, min=0, max=3600, help=_LISTING_LAG),
+    partial_runs: float = typer.Option(0.0, min=0, max=1, help=_PARTIAL_RUNS),
+    launch_failures: float = typer.Option(0.0, min=0, max=1, help=_LAUNCH_FAILURES),
+    throttle: float = typer.Option(0.0, min=0, max=1, help=_THROTTLE),
+    server_errors: float = typer.Option(0.0, min=0, max=1, help=_SERVER_ERRORS),
+    http_503: float = typer.Option(0.0, "--http-503", min=0, max=1, help=_HTTP_503),
 ) -> None:
     """Serve the Tencent Cloud API 3.0 (cvm, tag, cbs, vpc, sts) and the /_emulator admin
     routes."""
     from spotpool.emulator.iam import IamSettings
     from spotpool.emulator.limits import LimitSettings
+    from spotpool.emulator.misbehaviour import Misbehaviour
     from spotpool.emulator.reclaim_rates import parse_rates
     from spotpool.emulator.server import Emulator
     from spotpool.emulator.store import CloudStore
@@ -132,12 +159,22 @@ def serve(
         rates = parse_rates(reclaim_rates)
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--reclaim-rates") from None
+    try:
+        misbehaviour = Misbehaviour.model_validate(
+            _misbehaviour_changes(
+                lose_answers, lose_answers_actions, listing_lag, partial_runs, launch_failures,
+                throttle, server_errors, http_503,
+            )
+        )  # fmt: skip
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--throttle / --server-errors") from None
     emulator = Emulator(
         world,
         reclaim_rate_per_hour=reclaim_rate,
         limits=LimitSettings(enabled=rate_limits),
         reclaim_rates=rates,
         seed=seed,
+        misbehaviour=misbehaviour,
     )
     asyncio.run(_serve(emulator, host, port, state))
 
@@ -268,12 +305,78 @@ def instances(
         typer.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
 
 
+@app.command()
+def misbehave(
+    endpoint: str = typer.Option(..., help="The emulator, e.g. http://127.0.0.1:9000."),
+    lose_answers: float | None = typer.Option(None, min=0, max=1, help=_LOSE_ANSWERS),
+    lose_answers_actions: str | None = typer.Option(None, help=_LOSE_ANSWERS_ACTIONS),
+    listing_lag: float | None = typer.Option(None, min=0, max=3600, help=_LISTING_LAG),
+    partial_runs: float | None = typer.Option(None, min=0, max=1, help=_PARTIAL_RUNS),
+    launch_failures: float | None = typer.Option(None, min=0, max=1, help=_LAUNCH_FAILURES),
+    throttle: float | None = typer.Option(None, min=0, max=1, help=_THROTTLE),
+    server_errors: float | None = typer.Option(None, min=0, max=1, help=_SERVER_ERRORS),
+    http_503: float | None = typer.Option(None, "--http-503", min=0, max=1, help=_HTTP_503),
+    clear: bool = typer.Option(
+        False, "--clear", help="First back to a perfect cloud, the counters at 0."
+    ),
+) -> None:
+    """Make a running emulator lose answers, lag, fail launches, throttle (only the options
+    given change); prints its misbehaviour settings and counters then, as JSON."""
+    path = "/_emulator/misbehaviour"
+    reply = _request(endpoint, path, method="DELETE") if clear else None
+    changes = _misbehaviour_changes(
+        lose_answers, lose_answers_actions, listing_lag, partial_runs, launch_failures, throttle,
+        server_errors, http_503,
+    )  # fmt: skip
+    if changes:
+        reply = _post(endpoint, path, changes)
+    elif reply is None:
+        reply = _request(endpoint, path, method="GET")
+    typer.echo(json.dumps(reply, indent=2))
+
+
+def _misbehaviour_changes(
+    lose_answers: float | None,
+    lose_answers_actions: str | None,
+    listing_lag: float | None,
+    partial_runs: float | None,
+    launch_failures: float | None,
+    throttle: float | None,
+    server_errors: float | None,
+    http_503: float | None,
+) -> dict[str, object]:
+    """The `/_emulator/misbehaviour` body of the options given (None: not given)."""
+    lose: dict[str, object] = {}
+    if lose_answers is not None:
+        lose["Rate"] = lose_answers
+    if lose_answers_actions is not None:
+        lose["Actions"] = [a.strip() for a in lose_answers_actions.split(",") if a.strip()]
+    changes: dict[str, object] = {"LoseAnswers": lose} if lose else {}
+    for name, value in (
+        ("ListingLagSeconds", listing_lag),
+        ("PartialRunRate", partial_runs),
+        ("LaunchFailedRate", launch_failures),
+        ("ThrottleRate", throttle),
+        ("ServerErrorRate", server_errors),
+        ("Http503Rate", http_503),
+    ):
+        if value is not None:
+            changes[name] = value
+    return changes
+
+
 def _post(endpoint: str, path: str, body: dict[str, object]) -> dict[str, Any]:
+    return _request(endpoint, path, body)
+
+
+def _request(
+    endpoint: str, path: str, body: dict[str, object] | None = None, method: str = "POST"
+) -> dict[str, Any]:
     request = urllib.request.Request(
         endpoint.rstrip("/") + path,
-        data=json.dumps(body).encode(),
+        data=None if body is None else json.dumps(body).encode(),
         headers={"Content-Type": "application/json"},
-        method="POST",
+        method=method,
     )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:

@@ -104,7 +104,7 @@ def _check_run(ctx: Context, p: params.RunInstances) -> None:
         _check_user_data(p.user_data)
 
 
-def _take_stock(ctx: Context, p: params.RunInstances) -> None:
+def _take_stock(ctx: Context, p: params.RunInstances, count: int) -> None:
     if p.instance_charge_type != "SPOTPAID":
         return
     store = ctx.world.store
@@ -118,7 +118,7 @@ def _take_stock(ctx: Context, p: params.RunInstances) -> None:
             f"Spot stock of {p.instance_type} in {p.placement.zone} is {available}; "
             f"{p.instance_count} requested.",
         )
-    store.set_capacity(*key, available - p.instance_count)
+    store.set_capacity(*key, available - count)
 
 
 def _new_instance(ctx: Context, p: params.RunInstances) -> InstanceRecord:
@@ -204,8 +204,10 @@ def run_instances(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     _check_run(ctx, p)
     if p.dry_run:
         raise ApiError("DryRunOperation", "The request would have succeeded, but DryRun was set.")
-    _take_stock(ctx, p)
-    records = [_new_instance(ctx, p) for _ in range(p.instance_count)]
+    count = ctx.world.misbehaviour.run_count(p.instance_count)  # fewer, on request
+    _take_stock(ctx, p, count)
+    records = [_new_instance(ctx, p) for _ in range(count)]
+    ctx.world.misbehaviour.launched(records, p.instance_count)
     ids = [r.instance_id for r in records]
     ctx.world.touch(*records)
     if p.client_token is not None:
@@ -269,7 +271,7 @@ def describe_instances(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     if p.instance_ids and p.filters:
         raise ApiError("InvalidParameterCombination", "Give InstanceIds or Filters, not both.")
     _check_instance_ids(p.instance_ids)
-    records = ctx.world.live(ctx.region, ctx.account)
+    records = ctx.world.listing(ctx.region, ctx.account)
     if p.instance_ids:
         wanted = set(p.instance_ids)
         records = [r for r in records if r.instance_id in wanted]
@@ -281,7 +283,7 @@ def describe_instances(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 def describe_instances_status(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     p = params.parse(params.DescribeInstancesStatus, body)
     _check_instance_ids(p.instance_ids)
-    records = ctx.world.live(ctx.region, ctx.account)
+    records = ctx.world.listing(ctx.region, ctx.account)
     if p.instance_ids:
         records = [r for r in records if r.instance_id in set(p.instance_ids)]
     page = records[p.offset : p.offset + p.limit]

@@ -10,6 +10,11 @@ from spotpool.emulator.catalog import INSTANCE_TYPES, InstanceType, image_os_nam
 from spotpool.emulator.iam import DEFAULT_ACCOUNT
 
 GONE = "GONE"  # not a cloud state: the instance has left DescribeInstances
+LAUNCH_FAILED = "LAUNCH_FAILED"  # a launch that never booted (misbehaviour.py makes some)
+LAUNCH_FAILED_MESSAGE = (
+    "ResourceInsufficient.SpecifiedInstanceType: the instance could not be launched because the "
+    "zone ran short of the instance type while it was being created. Terminate it and retry."
+)
 
 
 class Disk(BaseModel):
@@ -56,6 +61,7 @@ class InstanceRecord(BaseModel):
     latest_operation: str = "RunInstances"
     latest_operation_state: str = "OPERATING"
     latest_operation_request_id: str = ""
+    latest_operation_error_msg: str = ""
     next_state: str | None = "RUNNING"
     transition_until: float | None = None
     reclaim_at: float | None = None  # spot reclaim notice ends: then the cloud terminates it
@@ -87,6 +93,7 @@ class InstanceRecord(BaseModel):
         self.latest_operation = operation
         self.latest_operation_state = "OPERATING"
         self.latest_operation_request_id = request_id
+        self.latest_operation_error_msg = ""
         self.state = state
         self.next_state = next_state
         self.transition_until = until
@@ -102,6 +109,9 @@ class InstanceRecord(BaseModel):
                 self.next_state = None
                 self.transition_until = None
                 self.latest_operation_state = "SUCCESS"
+                if self.state == LAUNCH_FAILED:
+                    self.latest_operation_state = "FAILED"
+                    self.latest_operation_error_msg = LAUNCH_FAILED_MESSAGE
                 if self.state == GONE:
                     self.gone_at = finished_at
                 changed = True
@@ -119,7 +129,7 @@ class InstanceRecord(BaseModel):
     def to_api(self) -> dict[str, Any]:
         """The instance as DescribeInstances shows it (fields the provider reads are never null)."""
         kind: InstanceType = INSTANCE_TYPES.get(self.instance_type, InstanceType(2, 4))
-        booted = self.state not in ("PENDING",)
+        booted = self.state not in ("PENDING", LAUNCH_FAILED)
         view: dict[str, Any] = {
             "Placement": {"Zone": self.zone, "ProjectId": self.project_id, "HostIds": None},
             "InstanceId": self.instance_id,
@@ -172,7 +182,7 @@ class InstanceRecord(BaseModel):
             "LatestOperation": self.latest_operation,
             "LatestOperationState": self.latest_operation_state,
             "LatestOperationRequestId": self.latest_operation_request_id,
-            "LatestOperationErrorMsg": "",
+            "LatestOperationErrorMsg": self.latest_operation_error_msg,
             "DisasterRecoverGroupId": self.disaster_recover_group_id,
             "IPv6Addresses": None,
             "CamRoleName": self.cam_role_name,

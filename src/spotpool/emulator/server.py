@@ -7,7 +7,6 @@ import random
 import re
 import time
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -24,9 +23,11 @@ from spotpool.emulator.iam import DEFAULT_ACCOUNT, Principal
 from spotpool.emulator.iam_routes import add_iam_routes
 from spotpool.emulator.limits import MESSAGE as LIMIT_MESSAGE
 from spotpool.emulator.limits import LimitSettings, RequestLimits
+from spotpool.emulator.misbehaviour import HTTP_503, HTTP_503_BODY, Misbehaviour, drop_connection
+from spotpool.emulator.misbehaviour_routes import add_misbehaviour_routes
 from spotpool.emulator.price_routes import add_price_routes
 from spotpool.emulator.reclaim_rates import ReclaimRates
-from spotpool.emulator.requestlog import REQUEST_LOG_SIZE, recorded
+from spotpool.emulator.requestlog import Call, RequestLog
 from spotpool.emulator.services import CBS_ACTIONS, TAG_ACTIONS, VPC_ACTIONS, Handler
 from spotpool.emulator.signature import Caller, SignedRequest, scope_service, verify
 from spotpool.emulator.sts import STS_ACTIONS, UNSIGNED_ACTIONS
@@ -118,6 +119,7 @@ class Emulator:
         limits: LimitSettings | None = None,
         reclaim_rates: dict[tuple[str, str], float] | None = None,
         seed: int | None = None,
+        misbehaviour: Misbehaviour | None = None,
     ) -> None:
         self.world = world
         self.faults: list[Fault] = []
@@ -126,18 +128,32 @@ class Emulator:
         self.reclaim_rate_per_hour = reclaim_rate_per_hour
         self.reclaim_rates = ReclaimRates(reclaim_rate_per_hour, reclaim_rates)
         self._random = random.Random(seed)
+        # Lost answers, a lagging listing, ... on request (misbehaviour.py): off by default.
+        self.misbehaviour = world.misbehaviour
+        self.misbehaviour.random = self._random
+        self.misbehaviour.configure(misbehaviour or Misbehaviour())
         # Every API call's arrival: what a test checks rate limits against.
-        self.requests: deque[dict[str, Any]] = deque(maxlen=REQUEST_LOG_SIZE)
+        self.requests = RequestLog()
 
     # -- the cloud API ---------------------------------------------------------------------
     async def api(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
-        arrived = time.time()
-        request_id = str(uuid.uuid4())
         headers = {k.lower(): v for k, v in request.headers.items()}
         action = headers.get("x-tc-action") or request.query.get("Action", "")
+        request_id = str(uuid.uuid4())
+        call = Call(
+            arrived=time.time(),
+            started=started,
+            request_id=request_id,
+            action=action,
+            region=headers.get("x-tc-region", "-"),
+            client=headers.get("x-tc-requestclient", ""),
+        )
         service_name = _claimed_service(headers)  # logged even when the signature fails
         params: dict[str, Any] | None = None
+        if self.misbehaviour.unavailable():  # a load balancer's 503: the API never sees it
+            self.requests.add(call, service_name, HTTP_503, None)
+            return web.Response(status=503, text=HTTP_503_BODY, content_type="text/html")
         try:
             body = await request.read()
             caller, principal = self._caller(request, headers, body, action)
@@ -155,26 +171,14 @@ class Emulator:
             code = "InternalError"
             reply = {"Error": {"Code": code, "Message": _FAULT_MESSAGES[code]}}
         reply["RequestId"] = request_id
-        self.requests.append(
-            {
-                "Time": arrived,
-                "Service": service_name,
-                "Action": action or "-",
-                "Region": headers.get("x-tc-region", "-"),
-                "Code": code,
-                "Client": headers.get("x-tc-requestclient", ""),
-                "Params": recorded(params),
-            }
-        )
-        log.info(
-            "action=%s.%s region=%s code=%s ms=%.1f request_id=%s",
-            service_name,
-            action or "-",
-            headers.get("x-tc-region", "-"),
-            code,
-            (time.perf_counter() - started) * 1000,
-            request_id,
-        )
+        if code == "OK" and self.misbehaviour.loses_answer(action):
+            # It all happened; the answer never reaches the caller (aiohttp's write then finds
+            # the connection closed and gives up quietly).
+            lost = self.misbehaviour.lost(action, params, reply)
+            self.requests.add(call, service_name, code, params, lost=lost)
+            drop_connection(request.transport)
+        else:
+            self.requests.add(call, service_name, code, params)
         return _api_reply(reply)
 
     def _caller(
@@ -246,6 +250,9 @@ class Emulator:
         account = principal.account if principal else ""
         if not self.limits.admit(account, region, service_name, action, time.monotonic()):
             raise ApiError("RequestLimitExceeded", LIMIT_MESSAGE)
+        refusal = self.misbehaviour.refusal()  # throttled or failed on request: nothing done
+        if refusal is not None:
+            raise ApiError(refusal, _FAULT_MESSAGES[refusal])
         await self._inject_faults(service_name, action)
         ctx = Context(
             world=self.world, region=region, request_id=request_id, now=time.time(),
@@ -372,7 +379,7 @@ class Emulator:
         parameters with any password fingerprinted), oldest first; `?action=A` keeps one
         action's."""
         action = request.query.get("action")
-        calls = [c for c in self.requests if action is None or c["Action"] == action]
+        calls = [c for c in self.requests.calls if action is None or c["Action"] == action]
         return web.json_response({"Requests": calls})
 
     async def termination_time(self, request: web.Request) -> web.Response:
@@ -433,4 +440,5 @@ def build_app(emulator: Emulator) -> web.Application:
     app.cleanup_ctx.append(emulator.reclaim_at_random)
     add_price_routes(app, emulator.world)
     add_iam_routes(app, emulator.world)
+    add_misbehaviour_routes(app, emulator.misbehaviour)
     return app

@@ -11,6 +11,7 @@ from typing import Any
 from spotpool.emulator.errors import not_found
 from spotpool.emulator.iam import DEFAULT_ACCOUNT, Iam, Principal
 from spotpool.emulator.instances import GONE, InstanceRecord
+from spotpool.emulator.misbehaviour import Misbehaving
 from spotpool.emulator.prices import SpotPrices
 from spotpool.emulator.store import CloudStore
 
@@ -45,6 +46,8 @@ class World:
         self.clock = clock
         self.prices = SpotPrices()  # spot price per zone x type (set by `serve`, admin routes)
         self.iam = Iam(settings.keys)  # accounts, roles, temporary keys (iam.py)
+        # Faults on request (misbehaviour.py); the server gives it its seeded random.
+        self.misbehaviour = Misbehaving()
         self._next_due = 0.0  # nothing changes state before this moment
         # Describe calls dominate: keep each instance's API view and each region's live list
         # until something changes them.
@@ -87,8 +90,15 @@ class World:
                     self._live.setdefault((r.account, r.region), []).append(r)
         return list(self._live.get((account, region), ()))
 
+    def listing(self, region: str, account: str = DEFAULT_ACCOUNT) -> list[InstanceRecord]:
+        """What DescribeInstances lists: `live`, unless a listing lag hides the youngest and
+        still shows, as they were, the instances that just went (misbehaviour.py)."""
+        return self.misbehaviour.listing(self.live(region, account), region, account, self.clock())
+
     def view(self, record: InstanceRecord) -> dict[str, Any]:
         """The instance as the API shows it (shared: callers must not change it)."""
+        if record is not self.store.instances.get(record.instance_id):
+            return record.to_api()  # a lagging listing's copy of how it was: never cached
         view = self._views.get(record.instance_id)
         if view is None:
             view = self._views[record.instance_id] = record.to_api()
@@ -125,6 +135,7 @@ class World:
         for r in records:
             if r.state == "TERMINATING":
                 continue  # already on its way out
+            self.misbehaviour.departing(r, now)
             r.gone_reason = reason
             r.begin(
                 "TerminateInstances",
@@ -141,6 +152,7 @@ class World:
         """What the cloud does to a spot instance it wants back: notice, then termination."""
         now = self.clock()
         for r in records:
+            self.misbehaviour.departing(r, now + self.settings.reclaim_notice_seconds)
             r.termination_time = now + self.settings.reclaim_notice_seconds
             r.reclaim_at = r.termination_time
         self.touch(*records)

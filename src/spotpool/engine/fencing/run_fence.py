@@ -18,6 +18,7 @@ import yaml
 
 from spotpool.engine.fencing import s3_fence
 from spotpool.engine.tencent import api_proxy
+from spotpool.engine.tencent.write_safety import STACK_VARIABLE
 
 Check = Callable[[], None]
 
@@ -32,6 +33,7 @@ def admitted(env: Mapping[str, str], cwd: str, check: Check | None) -> Iterator[
             run_env.update(admissions.enter_context(proxy.issue(run_env)))
             if not run_env.get("TENCENTCLOUD_SECURITY_TOKEN"):
                 run_env.pop("TENCENTCLOUD_SECURITY_TOKEN", None)
+        run_env.pop(STACK_VARIABLE, None)  # the proxy's (its create journal): not the CLI's
         if check is None:
             yield run_env
             return

@@ -48,6 +48,7 @@ from spotpool.engine.launches.launch_intents import SlotLaunch
 from spotpool.engine.leftovers import recovery
 from spotpool.engine.runs.known_stacks import stack_lock
 from spotpool.engine.tencent import cloud, cloud_errors
+from spotpool.engine.tencent.recent_writes import RECENT
 
 __all__ = ["FastLaunch", "launch_replacements", "run_instances_request"]
 # Answers after which the same request (same ClientToken) may simply be sent again.
@@ -268,6 +269,7 @@ def _send(client: Any, body: dict[str, Any], fence: Callable[[], None]) -> Sent:
     while True:
         try:
             reply = cloud.limited(client, "RunInstances", request, check=fence)
+            RECENT.launched(str(i) for i in reply.InstanceIdSet)  # a lagging listing: not gone
             return Sent(instance_id=str(reply.InstanceIdSet[0]))
         except TencentCloudSDKException as error:
             code = str(error.code or "ClientNetworkError")

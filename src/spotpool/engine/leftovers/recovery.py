@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pulumi import automation as auto
+from tencentcloud.common.exception.tencent_cloud_sdk_exception import TencentCloudSDKException
 from tencentcloud.cvm.v20170312 import cvm_client
 
 from spotpool.api.stackconfig import PROJECT, StackConfig
@@ -69,13 +70,19 @@ class Orphans:
     terminated: list[Decision] = field(default_factory=list)
     left: list[Decision] = field(default_factory=list)
 
-    def notes(self, adopted: str = "adopted") -> list[str]:
-        """`adopted`: what happens to the adoptable ones ("adopted", "adopted by the next up")."""
+    def notes(
+        self, adopted: str = "adopted", planned: Mapping[int, str | None] | None = None
+    ) -> list[str]:
+        """`adopted`: what happens to the adoptable ones ("adopted", "adopted by the next up");
+        `planned`: slot -> the instance launched for it beside Pulumi (the fast path), whose
+        adoption is the plan, not a recovery: not said here."""
+        planned = planned or {}
         return (
             [f"terminated orphaned instance {d.instance_id}: {d.reason}" for d in self.terminated]
             + [
                 f"orphaned instance {instance_id} of slot {slot} {adopted}"
                 for slot, (instance_id, _) in sorted(self.adoptable.items())
+                if planned.get(slot) != instance_id
             ]
             + [f"left orphaned instance {d.instance_id} alone: {d.reason}" for d in self.left]
         )
@@ -127,6 +134,38 @@ def sweep_orphans(
     if found.terminated:  # fenced where it is sent, as every other write
         cloud.terminate(client, [d.instance_id for d in found.terminated], pool_fence(pool))
     return found
+
+
+def terminate_recorded(pool: StackView, ids: Mapping[str, int | None]) -> list[str]:
+    """Terminate, by id, the instances this install's creates for the pool were answered with
+    (dead_runs.py): its own beyond doubt, whether a lagging listing shows them yet or not.
+    One call each: one already gone must not fail the others."""
+    client = _client(pool)
+    notes = []
+    for instance_id, slot in sorted(ids.items()):
+        try:
+            cloud.terminate(client, [instance_id], pool_fence(pool))
+        except TencentCloudSDKException as error:
+            if "NotFound" not in str(error.code or ""):
+                raise
+            continue  # gone already (the destroy took it, or the cloud did)
+        notes.append(f"terminated instance {instance_id} of slot {slot}: a create of this install")
+    return notes
+
+
+def unanswered_creates(records: dead_runs.Unsettled) -> list[Decision]:
+    """Creates sent a moment ago whose answer never came: what they made may not be listed
+    yet, so a deletion waits for the listing to catch up (dead_runs.LISTING_LAG at most)."""
+    return [
+        Decision(
+            f"(a create of slot {slot}, its answer lost)",
+            Action.LEAVE,
+            slot,
+            "",
+            f"listed within {dead_runs.LISTING_LAG:.0f} s of its create",
+        )
+        for slot in records.unanswered.values()
+    ]
 
 
 def pool_fence(pool: StackView) -> Callable[[], None]:

@@ -15,12 +15,13 @@ from spotpool.engine.basics.errors import EngineError
 from spotpool.engine.basics.settings import EngineSettings
 from spotpool.engine.basics.stack_view import StackView, WorkspaceStack
 from spotpool.engine.fencing.processes import FencedCommand, check_fence
+from spotpool.engine.leftovers import dead_runs
 from spotpool.engine.runs import config_file
 from spotpool.engine.runs.program import load_program
 from spotpool.engine.state import keyserver
 from spotpool.engine.state.backend_files import checkpoint_exists, open_backend, write_new_stack
 from spotpool.engine.state.lean_stack import LeanStack
-from spotpool.engine.tencent import api_proxy
+from spotpool.engine.tencent import api_proxy, write_safety
 from spotpool.toolchain.paths import pulumi_home
 
 
@@ -153,6 +154,10 @@ def pulumi_env(pool: StackView) -> dict[str, str]:
     # ones — renewed, when temporary (a run may outlive the keys it started with) — and
     # they take the operator's rate-limit tokens (unless rate_limit_runs is off).
     env.update(api_proxy.proxy_for(settings.cloud_endpoint, settings.rate_limit_runs).env())
+    # Its creates are written down before the proxy sends them (dead_runs.py): found again
+    # whatever happens to their answer or the run.
+    write_safety.register_journal(pool.name, lambda: dead_runs.BackendJournal(pool))
+    env[write_safety.STACK_VARIABLE] = pool.name
     # The proxy takes API calls only: a backend reached in plain HTTP on another host (an
     # in-VPC MinIO) is not sent through it (Go never proxies loopback addresses anyway).
     backend_host = _plain_http_host(settings.backend_url)

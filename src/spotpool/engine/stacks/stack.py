@@ -6,6 +6,7 @@ repairs what a killed run left behind (see recovery.py), and returns a typed res
 Pulumi run (stack_workspace.py).
 """
 
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -138,13 +139,17 @@ class PoolStack:
             surge, promote = surge_plan(set(owned), set(surging), config.count)
             launched = launched.without(promote)  # a surge instance takes these slots
             config = launched.placed(pinned(config, applied_config_in(state), promote), owned)
+            swept_at = time.time()
             orphans = recovery.sweep_orphans(
                 self, config, owned, cap=config.count,
                 dead_run_slots=self.dead_run_slots | frozenset(launched.free(owned)),
                 held=frozenset(surging.values()) | launched.protected(owned),
             )  # fmt: skip
             config = config.adopting(orphans.adoptable)
-            result.recovered += orphans.notes()
+            # The fast path's launches adopted as planned are its replacements, said once by
+            # the caller (Replaced); only true orphans are recoveries.
+            planned = {s: lt.instance_id for s, lt in launched.free(owned).items()}
+            result.recovered += orphans.notes(planned=planned)
             nonces = plan_nonces(held_nonces(state), config.count, surge, promote, fresh)
             nonces.update(launched.nonces(orphans.adoptable))
             while True:
@@ -164,8 +169,10 @@ class PoolStack:
             result.surges = instances_of(reply.outputs, "surges")
             remember_urns(self, state_of(stack))
             launch_intents.settle(self, launched, {i.slot: i.instance_id for i in result.instances})
-            if self.dead_run_slots:
-                dead_runs.settle(self)  # swept with the proof: adopted or gone
+            if self.dead_run_slots or result.changes.create or result.changes.replace:
+                # Swept with the proof: adopted or gone; this run's creates, once held.
+                held_ids = [i.instance_id for i in result.instances + result.surges]
+                dead_runs.settle(self, swept_at, held_ids)
                 self.dead_run_slots = frozenset()
         return result
 
@@ -294,17 +301,22 @@ class PoolStack:
             result.changes = changes_from_summary(reply.summary.resource_changes)
             # The state is empty now: any instance still tagged for the pool would leak.
             launched = launch_intents.read_intent(self)  # the fast path's go too, young or not
+            # What this install's creates were answered with goes by id, listed yet or not.
+            records = dead_runs.read(self, with_ids=True)
+            result.recovered += recovery.terminate_recorded(self, records.ids)
             orphans = recovery.sweep_orphans(
-                self, None, {}, cap=held + len(launched.slots),
-                dead_run_slots=self.dead_run_slots | frozenset(launched.slots),
+                self, None, {}, cap=held + len(launched.slots) + len(records.creates),
+                dead_run_slots=self.dead_run_slots | frozenset(launched.slots) | records.slots,
+                held=frozenset(records.ids),
             )  # fmt: skip
             result.recovered += orphans.notes()
-            if remove_stack and (left := waited_for(orphans.left)):
+            left = waited_for(orphans.left) + recovery.unanswered_creates(records)
+            if remove_stack and left:
                 # Young ones may be a create in flight: keep the stack (it names the pool for
                 # the next sweep) and let the caller come back once they are old enough.
                 raise InstancesRemain(self.name, {d.instance_id: d.reason for d in left})
             launch_intents.forget(self)
-            dead_runs.settle(self)
+            dead_runs.settle(self, None)
             if remove_stack:
                 stack.workspace.remove_stack(self.name)
                 forget_known(self)
@@ -322,7 +334,7 @@ class PoolStack:
             mark_retained(self, held)  # or the sweep of deleted pools' instances takes them
             select_stack(self).workspace.remove_stack(self.name, force=True)
             launch_intents.forget(self)  # the fast path's instances stay, as the others
-            dead_runs.settle(self)
+            dead_runs.settle(self, None)
             forget_known(self)
 
     def outputs(self) -> list[SlotOutput]:

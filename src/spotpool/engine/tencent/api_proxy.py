@@ -37,7 +37,6 @@ role's), else the real SecretId — never the run's placeholder.
 import base64
 import binascii
 import dataclasses
-import http.client
 import json
 import logging
 import os
@@ -45,7 +44,6 @@ import re
 import secrets
 import select
 import socket
-import ssl
 import threading
 import time
 import uuid
@@ -61,7 +59,26 @@ from spotpool.engine.tencent import tc3
 from spotpool.engine.tencent.credentials import Credentials
 from spotpool.engine.tencent.identities import CREDENTIALS
 from spotpool.engine.tencent.ratelimit import BUCKETS, Buckets
+from spotpool.engine.tencent.recent_writes import RECENT
 from spotpool.engine.tencent.sts import StsError
+from spotpool.engine.tencent.upstream import Lost, Reply, Upstreams
+from spotpool.engine.tencent.write_safety import (
+    STACK_VARIABLE,
+    TOO_MANY_CODE,
+    CreateJournal,
+    CreateRecord,
+    Kind,
+    OutstandingCreates,
+    asked_ids,
+    create_record,
+    created_ids,
+    journal_of,
+    kind_of,
+    listed_ids,
+    terminated_ids,
+    with_client_token,
+    without_stale,
+)
 
 API_DOMAIN = "tencentcloudapi.com"
 # `<service>.tencentcloudapi.com` (any depth of labels), with the dot boundary.
@@ -84,7 +101,7 @@ _HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-UPSTREAM_TIMEOUT = 120.0
+CATCH_UP_FOR = 30.0  # seconds a DescribeInstances waits for a launch to be listed, a call
 # Not in the provider's retryable codes (common.go retryableErrorCode, matched whole or by the
 # family before the dot): the run fails on the first refusal.
 FENCED_CODE = "OperationDenied.WriterFenced"
@@ -135,52 +152,26 @@ def api_host(host: str) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class _Issued:
-    """A run's placeholder keys: the key it signs with, and its real keys' source."""
+    """A run's placeholder keys: the key it signs with, its real keys' source, what its
+    creates' tokens derive from (`run_key`) and where they are written down."""
 
     secret_key: str
     live: Callable[[], Credentials]
+    run_key: str = ""
+    journal: CreateJournal | None = None
 
 
-class _Upstreams:
-    """One handler thread's connections, reused across its client's keep-alive requests."""
-
-    def __init__(self, endpoint: str | None) -> None:
-        self.endpoint = endpoint
-        self._open: dict[tuple[str, str], http.client.HTTPConnection] = {}
-
-    def target(self, path: str, host: str) -> tuple[str, str, str] | None:
-        """(scheme, host, request target) to send the request to; None when it names any
-        host but the API's (`Host`, signed, and the request target's must agree)."""
-        name = api_host(host)
-        parts = urlsplit(path)
-        if name is None or (parts.netloc and api_host(parts.netloc) != name):
-            return None  # a userinfo@, another host or port: never sent anywhere
-        if self.endpoint:  # the emulator is a proxy too: it gets the absolute URI as we did
-            upstream = urlsplit(self.endpoint)
-            return upstream.scheme or "http", upstream.netloc, f"http://{name}/{_target(parts)}"
-        return "https", name, "/" + _target(parts)  # the real cloud: TLS, always
-
-    def connection(self, scheme: str, host: str) -> http.client.HTTPConnection:
-        found = self._open.get((scheme, host))
-        if found is None:
-            if scheme == "https":
-                found = http.client.HTTPSConnection(
-                    host, timeout=UPSTREAM_TIMEOUT, context=ssl.create_default_context()
-                )
-            else:
-                found = http.client.HTTPConnection(host, timeout=UPSTREAM_TIMEOUT)
-            self._open[(scheme, host)] = found
-        return found
-
-    def drop(self, scheme: str, host: str) -> None:
-        found = self._open.pop((scheme, host), None)
-        if found is not None:
-            found.close()
-
-    def close(self) -> None:
-        for connection in self._open.values():
-            connection.close()
-        self._open.clear()
+def destination_of(endpoint: str | None, path: str, host: str) -> tuple[str, str, str] | None:
+    """(scheme, host, request target) to send a request to; None when it names any host but
+    the API's (`Host`, signed, and the request target's must agree)."""
+    name = api_host(host)
+    parts = urlsplit(path)
+    if name is None or (parts.netloc and api_host(parts.netloc) != name):
+        return None  # a userinfo@, another host or port: never sent anywhere
+    if endpoint:  # the emulator is a proxy too: it gets the absolute URI as we did
+        upstream = urlsplit(endpoint)
+        return upstream.scheme or "http", upstream.netloc, f"http://{name}/{_target(parts)}"
+    return "https", name, "/" + _target(parts)  # the real cloud: TLS, always
 
 
 def _target(parts: "SplitResult") -> str:
@@ -199,7 +190,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        self.upstreams = _Upstreams(self.server.endpoint)
+        self.upstreams = Upstreams()
 
     def finish(self) -> None:
         super().finish()
@@ -216,7 +207,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.send_error(400, "malformed request body")
             return
-        destination = self.upstreams.target(self.path, self.headers.get("Host") or "")
+        destination = destination_of(
+            self.server.endpoint, self.path, self.headers.get("Host") or ""
+        )
         if destination is None:
             self.server.refused += 1
             self._deny("the request names a host other than <service>.tencentcloudapi.com")
@@ -238,15 +231,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._deny("the run's temporary keys could not be renewed (STS refused)")
             return
         key = bucket_key(self.headers, live.bucket_owner())
-        if key is not None and self.server.limited:  # wait its turn, across every run and
-            wait = self.server.buckets.bucket(*key).reserve()  # the operator's own calls
-            if wait > 0:
-                time.sleep(wait)
-                if self._client_gone():
-                    return  # its run was killed meanwhile: a dead run's call must not land
-                if self._refused(token):  # right before the send: the wait may be long
-                    return
-        scheme, host, target = destination
+        if not self._take_turn(key, token):
+            return
+        action = self.headers.get("X-TC-Action") or ""
+        kind = kind_of(action)
+        create = None
+        if kind is Kind.CREATE:
+            body, create = self._recorded_create(body, issued)
+            if create is None:
+                return  # refused, and said so
         replaced = self._resigned(body, live)
         headers = [
             (k, v)
@@ -255,31 +248,96 @@ class _Handler(BaseHTTPRequestHandler):
             and k.lower() not in ("content-length", "x-tc-token")
             and k.lower() not in replaced
         ] + [(k, v) for k, v in replaced.items()]
-        for attempt in (1, 2):  # a kept-alive upstream connection may have been closed
-            connection = self.upstreams.connection(scheme, host)
-            try:
-                connection.putrequest(
-                    self.command, target, skip_host=True, skip_accept_encoding=True
-                )
-                for name, value in headers:
-                    connection.putheader(name, value)
-                connection.putheader("Content-Length", str(len(body)))
-                connection.endheaders(body)
-                reply = connection.getresponse()
-                data = reply.read()
-                break
-            except (OSError, http.client.HTTPException) as error:
-                self.upstreams.drop(scheme, host)
-                if attempt == 2:
-                    self.send_error(502, f"upstream {host}: {type(error).__name__}")
-                    return
+
+        def again() -> bool:  # before any repeat: the fence and a rate token again
+            return not self._client_gone() and self._take_turn(key, token, quiet=True)
+
+        RECENT.terminated(terminated_ids(action, body))  # answered or not: maybe gone
+        try:
+            reply = self.upstreams.exchange(kind, destination, self.command, headers, body, again)
+            if action == "DescribeInstances" and reply.status == 200:
+                reply = self._caught_up(reply, destination, headers, body, again)
+        except Lost as lost:
+            self.send_error(502, str(lost))
+            return
+        if create is not None and (ids := created_ids(reply.data)):
+            RECENT.launched(ids)
+            create.instance_ids = ids
+            if issued.journal is not None:
+                _quietly(issued.journal.answered, create)
         self.send_response(reply.status, reply.reason)
-        for name, value in reply.getheaders():
+        for name, value in reply.headers:
             if name.lower() not in _HOP_BY_HOP and name.lower() != "content-length":
                 self.send_header(name, value)
-        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Content-Length", str(len(reply.data)))
         self.end_headers()
-        self.wfile.write(data)
+        self.wfile.write(reply.data)
+
+    def _take_turn(
+        self, key: tuple[str, str, str] | None, token: str | None, quiet: bool = False
+    ) -> bool:
+        """Wait for the call's rate token (shared by every run and the operator's own calls),
+        then pass the fence again if it waited (the wait may be long) or if `quiet` (a repeat:
+        refused without an answer). False when refused or its run was killed meanwhile."""
+        limited = key is not None and self.server.limited
+        wait = self.server.buckets.bucket(*key).reserve() if limited and key else 0.0
+        if wait > 0:
+            time.sleep(wait)
+            if self._client_gone():
+                return False  # its run was killed meanwhile: a dead run's call must not land
+        elif not quiet:
+            return True  # it passed the fence just now
+        if quiet:
+            return token is None or self.server.fence_failure(token) is None
+        return not self._refused(token)
+
+    def _recorded_create(self, body: bytes, issued: "_Issued") -> tuple[bytes, CreateRecord | None]:
+        """The create's body with its ClientToken, written down in the run's journal before
+        it is sent; None (and the refusal answered) when the journal refuses it."""
+        body, token = with_client_token(body, issued.run_key)
+        create = create_record(body, token or "")
+        if issued.journal is None or token is None:
+            return body, create
+        try:
+            issued.journal.record(create)
+        except OutstandingCreates as too_many:
+            self._api_error(TOO_MANY_CODE, f"spotpool: {too_many}; not sent")
+            return body, None
+        except Exception as error:  # a backend that cannot write: the create is not sent
+            log.warning("a create not sent: its record could not be written: %s", error)
+            self._api_error("InternalError", "spotpool: the create could not be recorded; not sent")
+            return body, None
+        return body, create
+
+    def _caught_up(
+        self,
+        reply: Reply,
+        destination: tuple[str, str, str],
+        headers: list[tuple[str, str]],
+        body: bytes,
+        again: Callable[[], bool],
+    ) -> Reply:
+        """Read-your-writes: a DescribeInstances by id that misses an instance this process
+        launched and the listing has not shown yet is asked again (within RECENT's bound,
+        `CATCH_UP_FOR` seconds a call); instances it terminated a moment ago are left out."""
+        deadline = time.monotonic() + CATCH_UP_FOR
+        pause = 0.25
+        while True:
+            listed = listed_ids(reply.data)
+            RECENT.listed(listed)
+            missing = RECENT.unlisted(set(asked_ids(body)) - set(listed))
+            if not missing or time.monotonic() + pause > deadline or not again():
+                break
+            time.sleep(pause)
+            pause = min(2.0, pause * 2)
+            reply = self.upstreams.exchange(
+                Kind.READ, destination, self.command, headers, body, again
+            )
+            if reply.status != 200:
+                return reply
+        return dataclasses.replace(
+            reply, data=without_stale(reply.data, RECENT.terminated_recently)
+        )
 
     do_GET = do_PUT = do_DELETE = do_HEAD = do_POST
 
@@ -443,7 +501,8 @@ class ApiProxy:
         # Temporary keys of the process's cache: their identity's, renewed as they age.
         live = CREDENTIALS.renewer_for(secret_id) or (lambda: real)
         placeholder = PLACEHOLDER_PREFIX + secrets.token_hex(12).upper()
-        issued = _Issued(secrets.token_urlsafe(30), live)
+        journal = journal_of(env.get(STACK_VARIABLE))
+        issued = _Issued(secrets.token_urlsafe(30), live, placeholder, journal)
         self._server.keys[placeholder] = issued
         try:
             yield {
@@ -472,6 +531,14 @@ def _live_keys(obtain: Callable[[], Credentials | None]) -> Credentials | None:
     except StsError as error:
         log.warning("a run's call goes unrenewed: STS answered %s", error.code)
         return None
+
+
+def _quietly(call: Callable[[CreateRecord], None], create: CreateRecord) -> None:
+    """Write the create's answer down; a failure only loses the ids (the token is there)."""
+    try:
+        call(create)
+    except Exception as error:
+        log.warning("a create's answer could not be recorded: %s", error)
 
 
 def _without_api(no_proxy: str) -> str:

@@ -22,6 +22,7 @@ from tencentcloud.cvm.v20170312 import cvm_client, models
 from spotpool.api.stackconfig import TAG_CLUSTER, TAG_INSTALL, TAG_POOL, TAG_POOL_UID, TAG_SLOT
 from spotpool.engine.tencent.credentials import Credentials
 from spotpool.engine.tencent.ratelimit import BUCKETS
+from spotpool.engine.tencent.recent_writes import RECENT
 
 T = TypeVar("T")
 # Set on the instances a deletion with deletionPolicy Retain keeps: their pool is gone on
@@ -148,6 +149,7 @@ def _tagged(client: cvm_client.CvmClient, tag_filter: dict[str, Any]) -> list[Fl
             json.dumps({"Filters": [tag_filter], "Offset": offset, "Limit": 100})
         )
         reply = limited(client, "DescribeInstances", request)
+        RECENT.listed(item.InstanceId for item in reply.InstanceSet)
         found += [
             FleetInstance(
                 instance_id=item.InstanceId,
@@ -163,10 +165,19 @@ def _tagged(client: cvm_client.CvmClient, tag_filter: dict[str, Any]) -> list[Fl
                 retained=_tag(item, TAG_RETAINED) is not None,
             )
             for item in reply.InstanceSet
+            if not _stale(item)
         ]
         offset += len(reply.InstanceSet)
         if not reply.InstanceSet or offset >= reply.TotalCount:
             return found
+
+
+def _stale(instance: Any) -> bool:
+    """A lagging listing still shows an instance this process terminated a moment ago."""
+    return instance.InstanceState not in _GONE and RECENT.terminated_recently(instance.InstanceId)
+
+
+_GONE = frozenset({"TERMINATING", "SHUTDOWN", "LAUNCH_FAILED"})
 
 
 def _created(instance: Any) -> datetime | None:
@@ -199,6 +210,7 @@ def terminate(
         request = models.TerminateInstancesRequest()
         request.InstanceIds = instance_ids[start : start + 100]
         limited(client, "TerminateInstances", request, check)
+        RECENT.terminated(request.InstanceIds)
 
 
 def mark_retained(client: cvm_client.CvmClient, instance_ids: list[str], when: str) -> None:
