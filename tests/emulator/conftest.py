@@ -11,9 +11,14 @@ from tests.emulator.harness import EmulatorProcess, start_emulator
 
 class StartEmulator(Protocol):
     def __call__(
-        self, state: Path | None = None, boot_seconds: float = 1.0, reclaim_rate: float = 0.0
+        self,
+        state: Path | None = None,
+        boot_seconds: float = 1.0,
+        reclaim_rate: float = 0.0,
+        extra_args: list[str] | None = None,
     ) -> EmulatorProcess:
-        """Start an emulator (on `state`, or on this test's own state file)."""
+        """Start an emulator (on `state`, or on this test's own state file; `extra_args`: more
+        `serve` options)."""
         ...
 
 
@@ -23,13 +28,17 @@ def start(tmp_path: Path) -> Iterator[StartEmulator]:
     started: list[EmulatorProcess] = []
 
     def _start(
-        state: Path | None = None, boot_seconds: float = 1.0, reclaim_rate: float = 0.0
+        state: Path | None = None,
+        boot_seconds: float = 1.0,
+        reclaim_rate: float = 0.0,
+        extra_args: list[str] | None = None,
     ) -> EmulatorProcess:
         emulator = start_emulator(
             state or tmp_path / "cloud.db",
             tmp_path / f"emulator-{len(started)}.log",
             boot_seconds=boot_seconds,
             reclaim_rate=reclaim_rate,
+            extra_args=extra_args,
         )
         started.append(emulator)
         return emulator
