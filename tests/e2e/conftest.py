@@ -66,16 +66,18 @@ def operator_world(
     directory: Path,
     boot_seconds: float = 1.0,
     notice_seconds: float = 0.0,
+    emulator_args: list[str] | None = None,
     **options: Any,
 ) -> Iterator[OperatorWorld]:
-    """An emulator and a started operator process on the session's cluster (`options`: the
-    OperatorWorld's fields); on the way out both stop and the namespaces it made go."""
+    """An emulator (`emulator_args`: more of its serve options) and a started operator process
+    on the session's cluster (`options`: the OperatorWorld's fields); on the way out both stop
+    and the namespaces it made go."""
     require_tool("pulumi")
     require_tool("pulumi-resource-tencentcloud")
     (directory / "backend").mkdir(exist_ok=True)
     emulator = start_emulator(
         directory / "cloud.db", directory / "emulator.log", boot_seconds=boot_seconds,
-        reclaim_notice_seconds=notice_seconds,
+        reclaim_notice_seconds=notice_seconds, extra_args=emulator_args,
     )  # fmt: skip
     operator = OperatorWorld(kube, emulator, directory, **options)
     try:

@@ -112,6 +112,11 @@ class EmulatorProcess:
         instances: list[dict[str, Any]] = self.admin_ok("GET", "/_emulator/instances")["Instances"]
         return instances
 
+    def lost_answers(self) -> dict[str, int]:
+        """Action -> answers the emulator dropped after the call took effect (misbehaviour)."""
+        said = self.admin_ok("GET", "/_emulator/misbehaviour")["Counters"]["LostAnswers"]
+        return {action: int(lost["Count"]) for action, lost in said.items()}
+
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
 

@@ -256,6 +256,15 @@ class OperatorWorld:
             and {"Key": "spotpool-pool-uid", "Value": uid} in (item.get("Tags") or [])
         }
 
+    def made(self, uids: set[str]) -> list[dict[str, Any]]:
+        """Every instance the emulator ever made for these pools, gone ones too."""
+        return [
+            item
+            for item in self.emulator.all_instances()
+            if any(t.get("Key") == "spotpool-pool-uid" and t.get("Value") in uids
+                   for t in item.get("Tags") or [])
+        ]  # fmt: skip
+
     # --- waiting ----------------------------------------------------------------------------
     def wait_until(self, probe: Callable[[], Any], what: str, timeout: float = 180.0) -> Any:
         """The harness's wait, with the operator's log in the failure."""
