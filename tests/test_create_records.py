@@ -130,7 +130,7 @@ def test_a_slot_has_at_most_three_outstanding_creates(tmp_path: Path) -> None:
     journal = dead_runs.BackendJournal(stack)
     for n in range(dead_runs.MAX_OUTSTANDING):
         journal.record(CreateRecord(token=f"t-{n}", pool_uid=stack.pool.uid, slot=0))
-    with pytest.raises(OutstandingCreates, match="slot 0 .* 3 creates not yet found again"):
+    with pytest.raises(OutstandingCreates, match=r"slot 0 .* 3 creates not yet found again"):
         dead_runs.BackendJournal(stack).record(
             CreateRecord(token="t-next", pool_uid=stack.pool.uid, slot=0)
         )
