@@ -23,8 +23,12 @@ It trusts no caller: each run gets a key id and a secret of its own, and a reque
 forwarded only when its SigV4 signature (sigv4.py) is that run's, made within 15 minutes. A
 run reaches only the backend's bucket under its prefix: a path naming another bucket (or
 `/bucket@host/…`, which would name another host in virtual-host style), a `..` segment, a
-listing outside the prefix, a copy from elsewhere or a bucket-level write is refused (403),
-and a body over `MAX_BODY` gets 413 before it is read.
+listing outside the prefix, a copy from elsewhere or a bucket-level write is refused (403).
+A request is read within bounds (tencent/proxy_requests.py): a body over `MAX_BODY` gets 413
+before it is read, a malformed chunk 400, one request `REQUEST_DEADLINE` seconds from its first
+byte to its last, `MAX_CONNECTIONS` at once; the headers the proxy checks come once
+(`SINGLE_HEADERS`), and a body whose SHA-256 is not the `X-Amz-Content-Sha256` its signature
+covers is refused (400 XAmzContentSHA256Mismatch), never forwarded.
 """
 
 import hashlib
@@ -37,9 +41,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import BinaryIO
-from urllib.parse import parse_qs, parse_qsl, quote, unquote, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 import urllib3
 from minio.credentials.credentials import Credentials
@@ -47,9 +49,22 @@ from minio.signer import sign_v4_s3
 from pulumi import automation as auto
 
 from spotpool.engine.fencing import sigv4
+from spotpool.engine.fencing.s3_upstream import Upstream
+from spotpool.engine.tencent.proxy_requests import (
+    BadRequest,
+    BoundedHandler,
+    CappedServer,
+    duplicated,
+    read_chunks,
+)
 
 log = logging.getLogger(__name__)
 MAX_BODY = 512 * 1024 * 1024  # bytes: a checkpoint of thousands of resources is tens of MB
+REQUEST_DEADLINE = 600.0  # seconds from a request's first byte to its last (512 MB at ~1 MB/s)
+MAX_CONNECTIONS = 128  # open at once: the CLIs of the runs in flight
+# What the proxy checks and acts on: each present once (verified on one, acted on by another).
+SINGLE_HEADERS = ("Authorization", "Host", "X-Amz-Date", "X-Amz-Content-Sha256",
+                  "Content-Encoding", "If-Match", "If-None-Match", "X-Amz-Copy-Source")  # fmt: skip
 Check = Callable[[], None]  # raises when the run's writer may no longer write
 CHECKPOINT = re.compile(r"^\.pulumi/stacks/[^/]+/[^/]+\.json(\.gz|\.zst)?$")
 ABSENT = ""  # the ETag of a checkpoint the run saw missing
@@ -71,109 +86,30 @@ class _Run:
     late_saves: int = 0  # its saves the backend refused: another writer saved meanwhile
 
 
-@dataclass(frozen=True)
-class Upstream:
-    """Where the backend really is, from its s3:// URL (the shape Pulumi takes)."""
-
-    bucket: str
-    prefix: str
-    scheme: str
-    host: str
-    region: str
-    path_style: bool
-
-    @classmethod
-    def parse(cls, url: str, env: Mapping[str, str]) -> "Upstream":
-        parts = urlsplit(url)
-        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        endpoint = query.get("endpoint") or "s3.amazonaws.com"
-        secure = not endpoint.startswith("http://") and query.get("disable_https") != "true"
-        host = endpoint.split("://", 1)[-1].rstrip("/")
-        path_style = "true" in (query.get("use_path_style"), query.get("s3ForcePathStyle"))
-        region = query.get("region") or env.get("AWS_REGION") or "us-east-1"
-        return cls(
-            parts.netloc, parts.path.strip("/"), "https" if secure else "http", host, region,
-            path_style,
-        )  # fmt: skip
-
-    def target(self, path: str) -> tuple[str, str]:
-        """(host, path) of a path-style request `/bucket/key` on the real endpoint (one that
-        `confined` let through)."""
-        if self.path_style:
-            return self.host, path
-        rest = path.removeprefix(f"/{self.bucket}")
-        if rest and not rest.startswith("/"):  # `/bucket@other/x` would name another host
-            raise ValueError(f"not a path in bucket {self.bucket}")
-        return f"{self.bucket}.{self.host}", rest or "/"
-
-    def confined(
-        self, method: str, path: str, query: str, headers: Mapping[str, str]
-    ) -> str | None:
-        """Why a request reaches outside the backend's bucket and prefix, or None if it
-        stays inside: an object under the prefix, a listing of it, the bucket's location."""
-        decoded = unquote(path)
-        bucket_path = f"/{self.bucket}"
-        if decoded in (bucket_path, f"{bucket_path}/"):  # the bucket itself
-            params = dict(parse_qsl(query, keep_blank_values=True))
-            if method not in ("GET", "HEAD"):
-                return "a write to the bucket itself"
-            if "location" in params or method == "HEAD":
-                return None
-            listed = params.get("prefix", "")
-            if set(params) - {
-                "list-type",
-                "prefix",
-                "delimiter",
-                "max-keys",
-                "continuation-token",
-                "start-after",
-                "encoding-type",
-                "marker",
-                "fetch-owner",
-            }:
-                return "a bucket sub-resource other than a listing"
-            if self.prefix and not (listed + "/").startswith(f"{self.prefix}/"):
-                return f"a listing outside the prefix {self.prefix}/"
-            return None
-        if not decoded.startswith(f"{bucket_path}/"):
-            return f"a path outside the bucket {self.bucket}"
-        key = decoded[len(bucket_path) + 1 :]
-        if any(part in (".", "..") for part in key.split("/")) or "\\" in key:
-            return "a relative path segment"
-        if self.prefix and not key.startswith(f"{self.prefix}/"):
-            return f"a key outside the prefix {self.prefix}/"
-        source = headers.get("x-amz-copy-source")
-        if source is not None:
-            copied = unquote(source.split("?", 1)[0]).lstrip("/")
-            inside = f"{self.bucket}/{self.prefix}/" if self.prefix else f"{self.bucket}/"
-            if not copied.startswith(inside) or ".." in copied.split("/"):
-                return "a copy from outside the backend"
-        return None
-
-    def key(self, path: str) -> str:
-        """The key relative to the backend's root (`.pulumi/…`) of a request path."""
-        key = unquote(path).removeprefix(f"/{self.bucket}").lstrip("/")
-        return key.removeprefix(f"{self.prefix}/") if self.prefix else key
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(BoundedHandler):
     protocol_version = "HTTP/1.1"
     server: "_Server"
     timeout = 300.0  # seconds a client may stall mid-request (or idle between requests)
+    request_deadline = REQUEST_DEADLINE
+    max_body = MAX_BODY
 
     def do_GET(self) -> None:
         fence = self.server.fence
         try:
-            raw = _raw_body(self)  # read even when refused: the connection is kept alive
-        except _BodyTooLarge:
-            self.close_connection = True
-            self._reply_error(413, "EntityTooLarge", f"spotpool: a body over {MAX_BODY} bytes")
+            raw = self.read_body()  # read even when refused: the connection is kept alive
+            body = _decoded_body(self, raw)
+        except BadRequest as bad:
+            self.close_connection = True  # the rest of the request is not read
+            code = {413: "EntityTooLarge", 503: "SlowDown"}.get(bad.status, "IncompleteBody")
+            self._reply_error(bad.status, code, f"spotpool: {bad.reason}")
             return
         path, _, query = self.path.partition("?")
         lower = {k.lower(): v for k, v in self.headers.items()}
         run = fence.run_of(self.headers.get("Authorization") or "")
+        twice = duplicated(self.headers, SINGLE_HEADERS)
         why = (
-            sigv4.problem(self.command, path, query, lower, run.secret if run else None)
+            (f"more than one {twice} header" if twice else None)
+            or sigv4.problem(self.command, path, query, lower, run.secret if run else None)
             or fence.upstream.confined(self.command, path, query, lower)
             or fence.failure(run)
         )
@@ -183,7 +119,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply_error(403, "AccessDenied", f"spotpool: {why}")
             return
         assert run is not None
-        body = _decoded_body(self, raw)
+        if (mismatch := sigv4.payload_problem(lower, raw)) is not None:
+            fence.refused += 1
+            log.warning("backend %s refused: %s", self.command, mismatch)
+            self._reply_error(400, "XAmzContentSHA256Mismatch", f"spotpool: {mismatch}")
+            return
         key = fence.upstream.key(path)
         headers = {k: v for k, v in self.headers.items() if _FORWARDED.match(k.lower())}
         encoding = [e for e in (self.headers.get("Content-Encoding") or "").split(",")
@@ -227,48 +167,20 @@ class _Handler(BaseHTTPRequestHandler):
         """Quiet: refusals are logged on their own."""
 
 
-class _BodyTooLarge(Exception):
-    pass
-
-
-def _raw_body(handler: BaseHTTPRequestHandler) -> bytes:
-    """The request's bytes as sent (HTTP chunking taken off), at most MAX_BODY."""
-    headers = handler.headers
-    if "chunked" in (headers.get("Transfer-Encoding") or "").lower():
-        return _read_chunks(handler.rfile, MAX_BODY)
-    length = int(headers.get("Content-Length") or 0)
-    if length > MAX_BODY or length < 0:
-        raise _BodyTooLarge
-    return handler.rfile.read(length) if length else b""
-
-
-def _decoded_body(handler: BaseHTTPRequestHandler, raw: bytes) -> bytes:
+def _decoded_body(handler: BoundedHandler, raw: bytes) -> bytes:
     """The request's payload: the AWS SDK's aws-chunked framing (chunk signatures, checksum
     trailers) taken off; the proxy signs the plain bytes again."""
     headers = handler.headers
     encoding = (headers.get("Content-Encoding") or "").lower()
     sha = headers.get("X-Amz-Content-Sha256") or ""
     if "aws-chunked" in encoding or sha.startswith("STREAMING-"):
-        raw = _read_chunks(io.BytesIO(raw))
+        raw = read_chunks(io.BytesIO(raw), MAX_BODY)
     return raw
 
 
-def _read_chunks(stream: BinaryIO | io.BufferedIOBase, limit: int = MAX_BODY) -> bytes:
-    """`<hex size>[;extensions]CRLF data CRLF` … `0` CRLF, trailers, a blank line."""
-    chunks, total = [], 0
-    while size := int(stream.readline(4096).split(b";")[0].strip() or b"0", 16):
-        total += size
-        if total > limit:
-            raise _BodyTooLarge
-        chunks.append(stream.read(size))
-        stream.readline()
-    while stream.readline().strip():  # trailers (a checksum), up to the blank line
-        pass
-    return b"".join(chunks)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(CappedServer):
+    max_connections = MAX_CONNECTIONS
+    body_budget = MAX_BODY  # one body of the largest size at a time, many small ones
 
     def __init__(self, fence: "S3Fence") -> None:
         self.fence = fence

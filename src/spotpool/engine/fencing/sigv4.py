@@ -24,6 +24,7 @@ _AUTHORIZATION = re.compile(
     r"Signature=(?P<signature>[0-9a-f]{64})$"
 )
 _SPACES = re.compile(r"\s+")
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _hmac(key: bytes, message: str) -> bytes:
@@ -89,3 +90,15 @@ def problem(
         if hmac.compare_digest(expected, match["signature"]):
             return None
     return "the signature does not match"
+
+
+def payload_problem(headers: Mapping[str, str], raw: bytes) -> str | None:
+    """Why the body is not the one the signature covers (`X-Amz-Content-Sha256`, a digest, is
+    in the signed canonical request), or None. UNSIGNED-PAYLOAD and the STREAMING-… forms
+    name no digest of the whole body (a run's CLI sends a digest over plain HTTP)."""
+    claimed = (headers.get("x-amz-content-sha256") or "").lower()
+    if not _DIGEST.match(claimed):
+        return None
+    if hmac.compare_digest(hashlib.sha256(raw).hexdigest(), claimed):
+        return None
+    return "the body's SHA-256 is not the X-Amz-Content-Sha256 the request was signed with"

@@ -12,6 +12,7 @@ wants it, so nothing leaks.
 import json
 import os
 import socket
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -153,19 +154,26 @@ def terminate_recorded(pool: StackView, ids: Mapping[str, int | None]) -> list[s
     return notes
 
 
-def unanswered_creates(records: dead_runs.Unsettled) -> list[Decision]:
-    """Creates sent a moment ago whose answer never came: what they made may not be listed
-    yet, so a deletion waits for the listing to catch up (dead_runs.LISTING_LAG at most)."""
-    return [
-        Decision(
-            f"(a create of slot {slot}, its answer lost)",
-            Action.LEAVE,
-            slot,
-            "",
-            f"listed within {dead_runs.LISTING_LAG:.0f} s of its create",
+def unanswered_creates(records: dead_runs.Unsettled, swept: Orphans) -> list[Decision]:
+    """Creates sent a moment ago whose answer never came and whose instance the sweep did not
+    find (a slot's terminated orphans account for its records first): what they made may not
+    be listed yet, so a deletion waits for the listing (dead_runs.LISTING_LAG at most)."""
+    found = Counter(d.slot for d in swept.terminated)
+    waiting = []
+    for slot in records.unanswered.values():
+        if found[slot] > 0:
+            found[slot] -= 1
+            continue
+        waiting.append(
+            Decision(
+                f"(a create of slot {slot}, its answer lost)",
+                Action.LEAVE,
+                slot,
+                "",
+                f"listed within {dead_runs.LISTING_LAG:.0f} s of its create",
+            )
         )
-        for slot in records.unanswered.values()
-    ]
+    return waiting
 
 
 def pool_fence(pool: StackView) -> Callable[[], None]:

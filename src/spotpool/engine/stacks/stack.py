@@ -310,7 +310,7 @@ class PoolStack:
                 held=frozenset(records.ids),
             )  # fmt: skip
             result.recovered += orphans.notes()
-            left = waited_for(orphans.left) + recovery.unanswered_creates(records)
+            left = waited_for(orphans.left) + recovery.unanswered_creates(records, orphans)
             if remove_stack and left:
                 # Young ones may be a create in flight: keep the stack (it names the pool for
                 # the next sweep) and let the caller come back once they are old enough.

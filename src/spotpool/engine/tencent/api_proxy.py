@@ -15,8 +15,11 @@ leaves. The Host the signature covers must be `<service>.tencentcloudapi.com` (a
 boundary, no userinfo, no other port), the request target's host the same; upstream is the
 configured endpoint (the emulator, itself the runs' proxy in the local world) or, against the
 real cloud, https://<Host>:443, always TLS: the plain-HTTP leg never leaves the machine.
-Bodies are capped (`MAX_BODY`), a client that stalls mid-request is cut off
-(`HANDLER_TIMEOUT`), and the proxy never logs a request.
+A request is read within bounds before anything in it is believed (proxy_requests.py):
+its body capped (`MAX_BODY`, chunk sizes checked), a deadline for the whole request
+(`REQUEST_DEADLINE`) besides the wait for each byte (`HANDLER_TIMEOUT`), at most
+`MAX_CONNECTIONS` at once, and the headers it checks present once (`SINGLE_HEADERS`: two
+`Authorization` headers are refused). The proxy never logs a request.
 
 It is also the fence of the runs' cloud calls. A fenced run (one started under a shard's
 operation) is admitted with a token of its own in its proxy URL (`admit`; Go sends it as
@@ -50,7 +53,6 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from email.message import Message
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import SplitResult, urlsplit
 
 from pydantic import SecretStr
@@ -58,6 +60,12 @@ from pydantic import SecretStr
 from spotpool.engine.tencent import tc3
 from spotpool.engine.tencent.credentials import Credentials
 from spotpool.engine.tencent.identities import CREDENTIALS
+from spotpool.engine.tencent.proxy_requests import (
+    BadRequest,
+    BoundedHandler,
+    CappedServer,
+    duplicated,
+)
 from spotpool.engine.tencent.ratelimit import BUCKETS, Buckets
 from spotpool.engine.tencent.recent_writes import RECENT
 from spotpool.engine.tencent.sts import StsError
@@ -85,6 +93,11 @@ API_DOMAIN = "tencentcloudapi.com"
 _API_HOST = re.compile(r"^(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+tencentcloudapi\.com$")
 MAX_BODY = 8 * 1024 * 1024  # bytes of a request body (RunInstances with user data: < 100 KiB)
 HANDLER_TIMEOUT = 120.0  # seconds a client may stall mid-request (or idle between requests)
+REQUEST_DEADLINE = 60.0  # seconds from a request's first byte to its last
+MAX_CONNECTIONS = 512  # open at once: the runs in flight, 4 x CPUs resource operations each
+# What the proxy checks and acts on: each present once (verified on one, acted on by another).
+SINGLE_HEADERS = ("Authorization", "Host", "X-TC-Action", "X-TC-Region", "X-TC-Timestamp",
+                  "X-TC-Token", "Content-Type", "Proxy-Authorization")  # fmt: skip
 PLACEHOLDER_PREFIX = "SPOTPOOLRUN"
 REFUSED_CODE = "AuthFailure.SignatureFailure"  # not retried by the provider either
 _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
@@ -179,14 +192,12 @@ def _target(parts: "SplitResult") -> str:
     return (parts.path or "/").lstrip("/") + (f"?{parts.query}" if parts.query else "")
 
 
-class _BodyTooLarge(Exception):
-    pass
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(BoundedHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the provider's Go client expects
     server: "_Server"
     timeout = HANDLER_TIMEOUT  # the socket's: a stalled client is cut off
+    request_deadline = REQUEST_DEADLINE
+    max_body = MAX_BODY
 
     def setup(self) -> None:
         super().setup()
@@ -198,14 +209,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         try:
-            body = self._body()
-        except _BodyTooLarge:
-            self.close_connection = True  # the rest of the body is not read
-            self.send_error(413, f"request body over {MAX_BODY} bytes")
+            body = self.read_body()
+        except BadRequest as bad:
+            self.close_connection = True  # the rest of the request is not read
+            self.send_error(bad.status, bad.reason)
             return
-        except (ValueError, OSError):
+        except OSError:
             self.close_connection = True
             self.send_error(400, "malformed request body")
+            return
+        if (twice := duplicated(self.headers, SINGLE_HEADERS)) is not None:
+            self.server.refused += 1
+            self._deny(f"the request has more than one {twice} header")
             return
         destination = destination_of(
             self.server.endpoint, self.path, self.headers.get("Host") or ""
@@ -393,30 +408,12 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             return True
 
-    def _body(self) -> bytes:
-        """The request body, at most MAX_BODY bytes (else _BodyTooLarge, nothing more read)."""
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            chunks, total = [], 0
-            while size := int(self.rfile.readline(64).split(b";")[0].strip() or b"0", 16):
-                total += size
-                if total > MAX_BODY:
-                    raise _BodyTooLarge
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline(64)
-            while self.rfile.readline(1024).strip():  # trailers, up to the blank line
-                pass
-            return b"".join(chunks)
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY or length < 0:
-            raise _BodyTooLarge
-        return self.rfile.read(length) if length else b""
-
     def log_message(self, format: str, *args: object) -> None:
         """Quiet: the emulator and the operator's metrics say what was called."""
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(CappedServer):
+    max_connections = MAX_CONNECTIONS
 
     def __init__(self, endpoint: str | None, buckets: Buckets, limited: bool) -> None:
         self.endpoint = endpoint

@@ -50,6 +50,11 @@ _CODES: dict[str, tuple[Kind, str]] = {
         Kind.QUOTA,
         "the account's spot quota is used up: raise it in the console or lower the pool's size",
     ),
+    "LimitExceeded.SpotpoolOutstandingCreates": (
+        Kind.TRANSIENT,
+        "creates of a slot whose answers were lost or whose runs failed are not found again "
+        "yet: the next operation adopts or terminates what they made before it launches again",
+    ),
     "LimitExceeded.": (Kind.QUOTA, "an account limit was reached: raise the quota"),
     "InvalidParameterValue.InsufficientPrice": (
         Kind.INVALID,
@@ -107,6 +112,12 @@ _CODES: dict[str, tuple[Kind, str]] = {
     "InternalError": (Kind.TRANSIENT, "the cloud failed: the operator retries with backoff"),
     "InternalError.": (Kind.TRANSIENT, "the cloud failed: the operator retries with backoff"),
     "InternalServerError": (Kind.TRANSIENT, "the cloud failed: the operator retries with backoff"),
+    "ClientNetworkError": (
+        Kind.TRANSIENT,
+        "the cloud's answer was lost on the way (a reset, a timeout): a create is sent again "
+        "only with its ClientToken, and what it made is found again; the operator retries",
+    ),
+    "ServerNetworkError": (Kind.TRANSIENT, "the cloud answered with an HTTP error: it retries"),
     "ResourceInUse": (Kind.TRANSIENT, "the resource is busy: the operator retries"),
     "ResourceInUse.": (Kind.TRANSIENT, "the resource is busy: the operator retries"),
 }

@@ -7,6 +7,12 @@ probe, the fast path and Pulumi runs alike, and renewed when two thirds of their
 a Pulumi run signed with and re-signs with the renewal, so a run longer than a credential's life
 never fails for it. A renewal that fails while the held keys still have life keeps them (the
 cloud honours them until they expire) and tries again on the next use.
+
+An identity obtained for a pool carries the check of the pool's grant (the access policies):
+it is asked again before every renewal, and `recheck` asks every identity's at once. An
+identity whose grant is refused is revoked on the spot: its keys are dropped, never renewed,
+and whoever still holds them (a fleet probe's group, a sweep, a Pulumi run through the API
+proxy) gets `Revoked` instead of keys.
 """
 
 import logging
@@ -17,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from spotpool.api.access import Refusal
 from spotpool.api.identity import AssumeRole
 from spotpool.engine.tencent import sts
 from spotpool.engine.tencent.credentials import Credentials
@@ -24,6 +31,13 @@ from spotpool.engine.tencent.credentials import Credentials
 RENEW_AT = 2 / 3  # of a credential's life
 MIN_REMAINING_SECONDS = 20.0  # below this, held keys are not used after a failed renewal
 log = logging.getLogger(__name__)
+# Why the identity's grant no longer holds (None: it holds). An error reading the policies is
+# no refusal: the grant stands until a refusal is read.
+Check = Callable[[], Refusal | None]
+
+
+class Revoked(sts.StsError):
+    """The identity's grant was withdrawn: its keys are gone (code: the refusal's reason)."""
 
 
 @dataclass(frozen=True)
@@ -46,10 +60,12 @@ class WebIdentity:
         token_file = os.environ.get("TKE_WEB_IDENTITY_TOKEN_FILE")
         if not (role_arn and provider_id and token_file):
             return None
-        session = os.environ.get("SPOTPOOL_ROLE_SESSION_NAME", "spotpool-operator")
-        return cls(
-            AssumeRole(role_arn=role_arn, session_name=session), provider_id, Path(token_file)
-        )
+        return cls(AssumeRole(role_arn=role_arn), provider_id, Path(token_file))
+
+    def session(self, name: str) -> "WebIdentity":
+        """The same identity under session `name` (each pool's own: api.identity.session_name)."""
+        role = self.role.model_copy(update={"session_name": name})
+        return WebIdentity(role, self.provider_id, self.token_file)
 
     def token(self) -> str:
         # Read at every exchange: the kubelet rotates the projected token in place.
@@ -71,30 +87,51 @@ class CredentialCache:
         self._guard = threading.Lock()
         # Temporary SecretId -> its identity and expiry; dropped once expired.
         self._issued_to: dict[str, tuple[str, float | None]] = {}
+        self._checks: dict[str, Check] = {}  # identity -> its grant's check
+        self._revoked: dict[str, Refusal] = {}  # identity -> why, until granted again
         self.fetches = 0  # STS calls made, for tests and logs
 
-    def role(self, base: Credentials, role: AssumeRole, endpoint: str | None) -> Credentials:
+    def role(
+        self, base: Credentials, role: AssumeRole, endpoint: str | None, check: Check | None = None
+    ) -> Credentials:
         """`role`'s credentials, assumed with `base` (keys, or another identity's)."""
         identity = (
             f"role:{role.role_arn}/{role.session_name}/{role.duration_seconds}/"
             f"{role.external_id or ''}|{base.identity_key()}"
         )
-        return self.get(identity, lambda: sts.assume_role(base.current(), role, endpoint, identity))
+        return self.get(
+            identity, lambda: sts.assume_role(base.current(), role, endpoint, identity), check
+        )
 
-    def web_identity(self, web: WebIdentity, endpoint: str | None) -> Credentials:
-        """The operator's own credentials: its service-account token exchanged for its role."""
-        identity = f"web:{web.role.role_arn}/{web.provider_id}"
+    def web_identity(
+        self, web: WebIdentity, endpoint: str | None, check: Check | None = None
+    ) -> Credentials:
+        """The operator's own credentials: its service-account token exchanged for its role,
+        under `web`'s session (one per pool)."""
+        identity = f"web:{web.role.role_arn}/{web.provider_id}/{web.role.session_name}"
         return self.get(
             identity,
             lambda: sts.assume_role_with_web_identity(
                 web.provider_id, web.token(), web.role, endpoint, identity
             ),
+            check,
         )
 
-    def get(self, identity: str, fetch: Callable[[], Credentials]) -> Credentials:
-        """The identity's live credentials (renewing ones), fetched or renewed when due."""
+    def get(
+        self, identity: str, fetch: Callable[[], Credentials], check: Check | None = None
+    ) -> Credentials:
+        """The identity's live credentials (renewing ones), fetched or renewed when due. The
+        caller has just checked the grant (`check` asks again at every renewal): an identity
+        revoked before is usable again."""
         with self._guard:
             self._fetchers[identity] = fetch
+            self._revoked.pop(identity, None)
+            if check is not None:
+                self._checks[identity] = check
+        return self._get(identity, fetch)
+
+    def _get(self, identity: str, fetch: Callable[[], Credentials]) -> Credentials:
+        with self._guard:
             lock = self._locks.setdefault(identity, threading.Lock())
         with lock:
             held = self._held.get(identity)
@@ -102,6 +139,28 @@ class CredentialCache:
             if held is None or self._due(held, now):
                 held = self._renew(identity, fetch, held, now)
         return held.credentials.model_copy().renewing(lambda: self._current(identity))
+
+    def revoke(self, identity: str, why: Refusal) -> None:
+        """Drop the identity's keys at once: nothing renews or signs with them from now on."""
+        with self._guard:
+            self._held.pop(identity, None)
+            self._fetchers.pop(identity, None)
+            self._checks.pop(identity, None)
+            self._revoked[identity] = why
+            self._issued_to = {k: v for k, v in self._issued_to.items() if v[0] != identity}
+        log.warning("credentials revoked: %s (%s)", why.reason, why.message)
+
+    def recheck(self) -> dict[str, Refusal]:
+        """Ask every identity's grant again; revoke those refused (identity -> why)."""
+        with self._guard:
+            checks = list(self._checks.items())
+        revoked = {}
+        for identity, check in checks:
+            why = _asked(check)
+            if why is not None:
+                self.revoke(identity, why)
+                revoked[identity] = why
+        return revoked
 
     def current_for(self, secret_id: str) -> Credentials | None:
         """The live credentials of the identity a temporary SecretId was issued to (renewed
@@ -120,7 +179,12 @@ class CredentialCache:
         return lambda: self._current(identity)
 
     def _current(self, identity: str) -> Credentials:
-        return self.get(identity, self._fetchers[identity]).model_copy()
+        with self._guard:
+            why, fetch = self._revoked.get(identity), self._fetchers.get(identity)
+        if fetch is None:
+            why = why or Refusal("Revoked", "the identity's credentials were dropped")
+            raise Revoked(why.reason, why.message)
+        return self._get(identity, fetch).model_copy()
 
     def _due(self, held: _Held, now: float) -> bool:
         expires = held.credentials.expires
@@ -131,6 +195,11 @@ class CredentialCache:
     def _renew(
         self, identity: str, fetch: Callable[[], Credentials], held: _Held | None, now: float
     ) -> _Held:
+        check = self._checks.get(identity)
+        why = _asked(check) if check is not None else None
+        if why is not None:  # a renewal is a new grant of keys: never past a refusal
+            self.revoke(identity, why)
+            raise Revoked(why.reason, why.message)
         try:
             fresh = fetch()
         except sts.StsError as error:
@@ -152,6 +221,14 @@ class CredentialCache:
             }
             self._issued_to[fresh.secret_id.get_secret_value()] = (identity, fresh.expires)
         return renewed
+
+
+def _asked(check: Check) -> Refusal | None:
+    try:
+        return check()
+    except Exception as error:  # unknown (the policies unreadable): the grant stands
+        log.info("grant not checked: %s", type(error).__name__)
+        return None
 
 
 CREDENTIALS = CredentialCache()  # this process's one cache

@@ -51,3 +51,19 @@ def hourly_prices(
         key: (spot.get(key), on_demand.get(key, listed.get(key)))
         for key in {*spot, *listed, *on_demand}
     }
+
+
+def type_gpus(client: cvm_client.CvmClient, types: list[str]) -> dict[str, int]:
+    """type -> GPUs of one instance, as the cloud's own instance-type data says (the `Gpu` of
+    DescribeZoneInstanceConfigInfos, one call for the region); a type the cloud does not list
+    is left out (its count is not known)."""
+    request = models.DescribeZoneInstanceConfigInfosRequest()
+    request.from_json_string(
+        json.dumps({"Filters": [{"Name": "instance-type", "Values": sorted(set(types))}]})
+    )
+    reply = limited(client, ACTION, request)
+    found: dict[str, int] = {}
+    for item in reply.InstanceTypeQuotaSet or []:
+        if item.InstanceType and item.Gpu is not None:
+            found[item.InstanceType] = max(found.get(item.InstanceType, 0), int(item.Gpu))
+    return found
