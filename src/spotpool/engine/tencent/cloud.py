@@ -7,6 +7,7 @@ every call first takes a token from the (SecretId, region, action) bucket (ratel
 
 import hashlib
 import json
+import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime
@@ -15,6 +16,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, Field
 from tencentcloud.common import credential
 from tencentcloud.common.common_client import CommonClient
+from tencentcloud.common.exception.tencent_cloud_sdk_exception import TencentCloudSDKException
 from tencentcloud.common.profile.client_profile import ClientProfile
 from tencentcloud.common.profile.http_profile import HttpProfile
 from tencentcloud.cvm.v20170312 import cvm_client, models
@@ -25,6 +27,7 @@ from spotpool.engine.tencent.ratelimit import BUCKETS
 from spotpool.engine.tencent.recent_writes import RECENT
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 # Set on the instances a deletion with deletionPolicy Retain keeps: their pool is gone on
 # purpose, so the sweep of instances whose pool no longer exists leaves them running.
 TAG_RETAINED = "spotpool-retained"
@@ -209,7 +212,18 @@ def terminate(
     for start in range(0, len(instance_ids), 100):  # the API takes at most 100 ids a call
         request = models.TerminateInstancesRequest()
         request.InstanceIds = instance_ids[start : start + 100]
-        limited(client, "TerminateInstances", request, check)
+        try:
+            limited(client, "TerminateInstances", request, check)
+        except TencentCloudSDKException as error:
+            if str(error.code or "") not in ("ClientNetworkError", "ServerNetworkError"):
+                raise
+            # The answer was lost, not the call: never sent again blindly; the next sweep
+            # (past the read-your-writes bound) sees whether it took effect.
+            log.warning(
+                "TerminateInstances of %d instance(s): no answer (%s)",
+                len(request.InstanceIds),
+                error.code,
+            )
         RECENT.terminated(request.InstanceIds)
 
 
