@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from tencentcloud.common.exception.tencent_cloud_sdk_exception import (
 )
 
 from spotpool.engine.fencing import run_fence
-from spotpool.engine.tencent import api_proxy
+from spotpool.engine.tencent import api_proxy, tc3
 from spotpool.engine.tencent.api_proxy import ApiProxy
 from spotpool.engine.tencent.credentials import Credentials
 from spotpool.engine.tencent.identities import CredentialCache
@@ -108,7 +109,9 @@ def test_a_call_naming_a_temporary_secret_id_is_not_signed_for_it(
 
 def test_a_call_to_another_host_never_leaves(proxy: ApiProxy, cloud: Cloud) -> None:
     """The real-cloud proxy (no endpoint): a Host that is not <service>.tencentcloudapi.com
-    is sent nowhere — here a listener on 127.0.0.1 stands for any other host."""
+    is sent nowhere — here a listener on 127.0.0.1 stands for any other host. Each call is
+    signed with the run's placeholder keys, so the host rule is what refuses it (before, an
+    all-zero signature was refused whatever the host rule said)."""
     other = Cloud({})
     threading.Thread(target=other.serve_forever, daemon=True).start()
     real = ApiProxy(None, Buckets())
@@ -122,33 +125,82 @@ def test_a_call_to_another_host_never_leaves(proxy: ApiProxy, cloud: Cloud) -> N
                 (f"http://cvm.tencentcloudapi.com@{host!s}:{port}/", "cvm.tencentcloudapi.com"),
                 ("http://cvm.tencentcloudapi.com/", f"{host!s}:{port}"),
             ]:
-                error = _raw(real.url, target, host_header, run_env)["Error"]
+                error = _signed(real.url, target, host_header, run_env)["Error"]
                 assert isinstance(error, dict)
                 assert error["Code"] == api_proxy.REFUSED_CODE, (target, host_header)
+                assert "names a host other than" in str(error["Message"]), error
         assert other.calls == []
     finally:
         real.close()
         other.shutdown()
         other.server_close()
+    # The control: the same call, signed the same way, to the API's host is forwarded.
+    with proxy.issue(
+        {"TENCENTCLOUD_SECRET_ID": REAL_ID, "TENCENTCLOUD_SECRET_KEY": REAL_KEY}
+    ) as run_env:
+        answer = _signed(
+            proxy.url, "http://cvm.tencentcloudapi.com/", "cvm.tencentcloudapi.com", run_env
+        )
+    assert "Error" not in answer, answer
+    assert cloud.callers == [REAL_ID]
 
 
-def _raw(proxy_url: str, target: str, host: str, run_env: dict[str, str]) -> dict[str, object]:
+def test_two_authorization_headers_are_refused(proxy: ApiProxy, cloud: Cloud) -> None:
+    """Before: the call was verified on its last Authorization and re-signed with the real keys
+    of the run its first one named — run A's call went out with run B's account."""
+    cloud.keys["AKIDotheraccount01"] = "other-secret"
+    with (
+        proxy.issue(
+            {"TENCENTCLOUD_SECRET_ID": REAL_ID, "TENCENTCLOUD_SECRET_KEY": REAL_KEY}
+        ) as mine,
+        proxy.issue(
+            {
+                "TENCENTCLOUD_SECRET_ID": "AKIDotheraccount01",
+                "TENCENTCLOUD_SECRET_KEY": "other-secret",
+            }
+        ) as theirs,
+    ):
+        theirs_named = (
+            "Authorization",
+            f"TC3-HMAC-SHA256 Credential={theirs['TENCENTCLOUD_SECRET_ID']}/2026-01-01/cvm/"
+            "tc3_request, SignedHeaders=content-type;host, Signature=" + "0" * 64,
+        )
+        api = ("http://cvm.tencentcloudapi.com/", "cvm.tencentcloudapi.com")
+        error = _signed(proxy.url, *api, mine, first=[theirs_named])["Error"]
+        assert isinstance(error, dict) and error["Code"] == api_proxy.REFUSED_CODE, error
+        assert "more than one Authorization" in str(error["Message"])
+        assert cloud.calls == []
+        assert "Error" not in _signed(proxy.url, *api, mine)  # the control: one header
+    assert cloud.callers == [REAL_ID]
+
+
+def _signed(
+    proxy_url: str,
+    target: str,
+    host: str,
+    run_env: dict[str, str],
+    first: list[tuple[str, str]] | None = None,
+) -> dict[str, object]:
+    """A DescribeInstances to `target` with this Host, signed (TC3) with the run's placeholder
+    keys; `first`: headers sent before the others."""
+    body, now = b"{}", int(time.time())
+    date = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d")
+    headers = {"host": host, "content-type": "application/json",
+               "x-tc-action": "DescribeInstances", "x-tc-timestamp": str(now)}  # fmt: skip
+    secret_id, secret_key = run_env["TENCENTCLOUD_SECRET_ID"], run_env["TENCENTCLOUD_SECRET_KEY"]
+    scope = ("cvm", date, ["content-type", "host"])
+    signature = tc3.signature("POST", "", headers, body, secret_key, scope, now)
+    authorization = (
+        f"TC3-HMAC-SHA256 Credential={secret_id}/{date}/cvm/tc3_request, "
+        f"SignedHeaders=content-type;host, Signature={signature}"
+    )
     connection = http.client.HTTPConnection(proxy_url.removeprefix("http://"), timeout=10)
     try:
-        connection.request(
-            "POST",
-            target,
-            b"{}",
-            {
-                "Host": host,
-                "Content-Type": "application/json",
-                "X-TC-Action": "DescribeInstances",
-                "Authorization": f"TC3-HMAC-SHA256 Credential={run_env['TENCENTCLOUD_SECRET_ID']}"
-                "/2026-11-28/cvm/tc3_request, SignedHeaders=content-type;host, Signature="
-                + "0"
-                * 64,
-            },
-        )
+        connection.putrequest("POST", target, skip_host=True, skip_accept_encoding=True)
+        sent = [*(first or []), *headers.items(), ("Authorization", authorization)]
+        for name, value in [*sent, ("Content-Length", str(len(body)))]:
+            connection.putheader(name, value)
+        connection.endheaders(body)
         return dict(json.loads(connection.getresponse().read())["Response"])
     finally:
         connection.close()

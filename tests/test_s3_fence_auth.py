@@ -3,57 +3,33 @@ its SigV4 signature is the admitted run's own (a key id alone, or another run's 
 AccessDenied), and only inside the backend's bucket and prefix; bodies are capped. A real S3
 client (minio) signs; a recording server on 127.0.0.1 stands for the store."""
 
+import hashlib
+import http.client
 import io
 import socket
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from datetime import UTC, datetime
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from minio import Minio
+from minio.credentials.credentials import Credentials as MinioCredentials
 from minio.error import S3Error
+from minio.signer import sign_v4_s3
 
 from spotpool.engine.fencing import s3_fence
-from spotpool.engine.fencing.s3_fence import S3Fence, Upstream
+from spotpool.engine.fencing.s3_fence import S3Fence
+from spotpool.engine.fencing.s3_upstream import Upstream
+from tests._support.s3_store import Store
 
 pytestmark = pytest.mark.unit
 REAL = {"AWS_ACCESS_KEY_ID": "REALKEYID0001", "AWS_SECRET_ACCESS_KEY": "real-secret-0001"}
 
 
-class _Store(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, str, str]] = []  # method, path, key id it was signed by
-        super().__init__(("127.0.0.1", 0), _StoreHandler)
-
-
-class _StoreHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Store
-
-    def do_GET(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        signer = (self.headers.get("Authorization") or "").partition("Credential=")[2]
-        self.server.requests.append((self.command, self.path, signer.split("/")[0]))
-        data = b"" if self.command in ("PUT", "HEAD") else b"stored"
-        self.send_response(200)
-        self.send_header("ETag", '"e1"')
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
-
-    do_PUT = do_POST = do_DELETE = do_HEAD = do_GET
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def store() -> Iterator[_Store]:
-    server = _Store()
+def store() -> Iterator[Store]:
+    server = Store()
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield server
@@ -63,7 +39,7 @@ def store() -> Iterator[_Store]:
 
 
 @pytest.fixture
-def fence(store: _Store) -> Iterator[S3Fence]:
+def fence(store: Store) -> Iterator[S3Fence]:
     host, port = store.server_address[:2]
     url = f"s3://state/team-a?endpoint=http://{host!s}:{port}&use_path_style=true&region=us-east-1"
     made = S3Fence(url, REAL)
@@ -83,7 +59,7 @@ def _put(client: Minio, bucket: str, key: str) -> None:
 
 
 def test_a_runs_own_signature_passes_and_the_store_sees_the_real_keys(
-    fence: S3Fence, store: _Store
+    fence: S3Fence, store: Store
 ) -> None:
     with fence.admit(None) as env:
         run = _client(fence, env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
@@ -95,7 +71,7 @@ def test_a_runs_own_signature_passes_and_the_store_sees_the_real_keys(
     assert {signer for _, _, signer in store.requests} == {REAL["AWS_ACCESS_KEY_ID"]}
 
 
-def test_a_key_id_without_its_runs_secret_reaches_nothing(fence: S3Fence, store: _Store) -> None:
+def test_a_key_id_without_its_runs_secret_reaches_nothing(fence: S3Fence, store: Store) -> None:
     with fence.admit(None) as first, fence.admit(None) as second:
         assert first["AWS_SECRET_ACCESS_KEY"] != second["AWS_SECRET_ACCESS_KEY"]
         for secret in ("a-guess", second["AWS_SECRET_ACCESS_KEY"]):
@@ -106,7 +82,7 @@ def test_a_key_id_without_its_runs_secret_reaches_nothing(fence: S3Fence, store:
     assert store.requests == []
 
 
-def test_a_run_is_confined_to_its_bucket_and_prefix(fence: S3Fence, store: _Store) -> None:
+def test_a_run_is_confined_to_its_bucket_and_prefix(fence: S3Fence, store: Store) -> None:
     with fence.admit(None) as env:
         run = _client(fence, env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
         for attempt in (
@@ -136,7 +112,7 @@ def test_paths_that_escape_the_bucket_are_refused(path: str) -> None:
     assert cos.confined("PUT", "/state/team-a/.pulumi/x", "", copied) is not None
 
 
-def test_a_body_over_the_cap_is_refused_before_it_is_read(fence: S3Fence, store: _Store) -> None:
+def test_a_body_over_the_cap_is_refused_before_it_is_read(fence: S3Fence, store: Store) -> None:
     port = int(parse_qs(urlsplit(fence.url).query)["endpoint"][0].rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
         raw.sendall(
@@ -154,3 +130,64 @@ def test_the_canonical_query_is_sorted_and_encoded() -> None:
     assert sigv4.canonical_query("prefix=a b&list-type=2&delimiter=/") == (
         "delimiter=%2F&list-type=2&prefix=a%20b"
     )
+
+
+def _signed_put(
+    fence: S3Fence, env: dict[str, str], body: bytes, signed_body: bytes | None = None
+) -> dict[str, str]:
+    """The headers of a PUT of `body` to a checkpoint, SigV4-signed with the run's own keys
+    over `signed_body` (its payload hash)."""
+    endpoint = parse_qs(urlsplit(fence.url).query)["endpoint"][0]
+    url = urlsplit(f"{endpoint}/state/team-a/.pulumi/stacks/spotpool/a.json")
+    now = datetime.now(UTC).replace(microsecond=0)
+    digest = hashlib.sha256(body if signed_body is None else signed_body).hexdigest()
+    headers = {"Host": url.netloc, "X-Amz-Date": now.strftime("%Y%m%dT%H%M%SZ"),
+               "X-Amz-Content-Sha256": digest, "Content-Length": str(len(body))}  # fmt: skip
+    keys = MinioCredentials(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"])
+    signed = sign_v4_s3(method="PUT", url=url, region="us-east-1", headers=headers,  # type: ignore[arg-type]
+                        credentials=keys, content_sha256=digest, date=now)  # fmt: skip
+    return {k: str(v) for k, v in signed.items()}
+
+
+def _send(fence: S3Fence, headers: list[tuple[str, str]], body: bytes) -> tuple[int, bytes]:
+    endpoint = parse_qs(urlsplit(fence.url).query)["endpoint"][0].removeprefix("http://")
+    connection = http.client.HTTPConnection(endpoint, timeout=10)
+    try:
+        connection.putrequest(
+            "PUT", "/state/team-a/.pulumi/stacks/spotpool/a.json", skip_host=True,
+            skip_accept_encoding=True,
+        )  # fmt: skip
+        for name, value in headers:
+            connection.putheader(name, value)
+        connection.endheaders(body)
+        reply = connection.getresponse()
+        return reply.status, reply.read()
+    finally:
+        connection.close()
+
+
+def test_two_authorization_headers_are_refused(fence: S3Fence, store: Store) -> None:
+    """Before: the run was found by the first Authorization and the signature checked on the
+    last; a request carrying two was forwarded."""
+    with fence.admit(None) as env:
+        headers = _signed_put(fence, env, b"{}")
+        twice = [*headers.items(), ("Authorization", headers["Authorization"])]
+        status, data = _send(fence, twice, b"{}")
+        assert (status, b"AccessDenied" in data) == (403, True), data
+        assert b"more than one Authorization" in data
+        assert store.requests == []
+        assert _send(fence, list(headers.items()), b"{}")[0] == 200  # the control: one
+    assert [method for method, _, _ in store.requests] == ["PUT"]
+
+
+def test_a_body_that_is_not_the_signed_one_is_refused(fence: S3Fence, store: Store) -> None:
+    """X-Amz-Content-Sha256 is in the signed request: before, the body itself was never
+    compared with it, so a signed save could carry any other checkpoint of the same length."""
+    with fence.admit(None) as env:
+        swapped = _signed_put(fence, env, b'{"stack": "other"}', signed_body=b'{"stack": "mine!"}')
+        status, data = _send(fence, list(swapped.items()), b'{"stack": "other"}')
+        assert (status, b"XAmzContentSHA256Mismatch" in data) == (400, True), data
+        assert store.requests == []
+        same = _signed_put(fence, env, b'{"stack": "mine!"}')
+        assert _send(fence, list(same.items()), b'{"stack": "mine!"}')[0] == 200  # the control
+    assert len(store.requests) == 1

@@ -14,7 +14,8 @@ from minio.error import S3Error
 from pulumi import automation as auto
 
 from spotpool.cluster import s3
-from spotpool.engine.fencing.s3_fence import S3Fence, Upstream
+from spotpool.engine.fencing.s3_fence import S3Fence
+from spotpool.engine.fencing.s3_upstream import Upstream
 from spotpool.engine.state.backend_files import open_backend
 
 pytestmark = pytest.mark.integration

@@ -168,7 +168,7 @@ class BoundedHandler(BaseHTTPRequestHandler):
     within `max_body` bytes and its server's budget."""
 
     server: CappedServer
-    timeout: float = 120.0  # seconds of each wait for bytes (or between two requests)
+    timeout = 120.0  # seconds of each wait for bytes (or between two requests)
     request_deadline = 60.0  # seconds from a request's first byte to its last
     max_body = 8 * MiB
 
