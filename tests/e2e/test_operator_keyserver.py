@@ -50,7 +50,7 @@ def _unmasked_tokens(log: str) -> list[str]:
     """Every value the log gives the key service's token (VAULT_TOKEN=..., X-Vault-Token: ...,
     quoted or not) that is not the mask: one unmasked line fails, whatever others say."""
     values = re.findall(
-        r"(?:VAULT_TOKEN|X-Vault-Token)\\*[\"']?\s*[:=]\s*\\*[\"']?([^\s\"'\\,;&})\]]*)", log
+        r"vault[_-]token\\*[\"']?\s*[:=]\s*\\*[\"']?([^\s\"'\\,;&})\]]*)", log, re.IGNORECASE
     )
     return [value for value in values if value != "***"]
 
@@ -59,3 +59,6 @@ def test_the_token_check_fails_on_one_unmasked_line() -> None:
     assert _unmasked_tokens("VAULT_TOKEN=*** ok\nenv VAULT_TOKEN=kst-a1 pulumi up") == ["kst-a1"]
     assert _unmasked_tokens('{"X-Vault-Token": "kst-b2"} VAULT_TOKEN=***') == ["kst-b2"]
     assert _unmasked_tokens("VAULT_TOKEN=*** and {'VAULT_TOKEN': '***'}") == []
+    # Any case, either separator (before: x-vault-token and vault_token= passed as clean).
+    assert _unmasked_tokens("x-vault-token: kst-c3") == ["kst-c3"]
+    assert _unmasked_tokens("GET /v1?vault_token=kst-d4 X-VAULT-TOKEN: ***") == ["kst-d4"]

@@ -1,10 +1,18 @@
-"""No secret reaches a log line: what kopf prints at debug level, masked."""
+"""No secret reaches a log line (what kopf prints at debug level), a condition or an Event:
+masked."""
 
+import base64
 import json
 import logging
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
-from spotpool_operator.process import logmask
+from spotpool_operator.reporting import logmask
+from spotpool_operator.reporting.conditions import with_condition
+from spotpool_operator.reporting.events import DirectEvents
+
+from spotpool.api.status import SpotpoolStatus
 
 pytestmark = pytest.mark.unit
 
@@ -94,3 +102,83 @@ def test_what_is_not_secret_stays() -> None:
     line = "RoleArn=qcs::cam::uin/1 region=ap-guangzhou PULUMI_CONFIG_PASSPHRASE_FILE=/etc/p"
     line += " max_tokens=5"
     assert logmask.mask(line) == line
+
+
+JWT = (
+    "eyJhbGciOiJSUzI1NiIsImtpZCI6InNwb3Rwb29sIn0"
+    ".eyJpc3MiOiJrdWJlcm5ldGVzL3NlcnZpY2VhY2NvdW50Iiwic3ViIjoic3BvdHBvb2wifQ"
+    ".zz-visible-secret-c2lnbmF0dXJlLW9mLXRoZS10b2tlbg"
+)
+PEM = (
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAzz-visible-secret\nq1w2e3r4t5y6\n"
+    "-----END RSA PRIVATE KEY-----"
+)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        repr({"secretKey": b"zz-visible-secret"}),  # a bytes repr of a value
+        repr([(b"X-TC-Token", b"zz-visible-secret"), (b"Host", b"cvm.tencentcloudapi.com")]),
+        repr([("X-Vault-Token", "zz-visible-secret")]),  # a list of headers
+        repr(b'{"TmpSecretKey": "zz-visible-secret"}'),
+        "POST /token?grant=x&client_secret%3Dzz-visible-secret%26next HTTP/1.1",
+        "q=%7B%22secretKey%22%3A%22zz-visible-secret%22%7D",  # JSON, URL-encoded
+        "X-Amz-Security-Token%3Dzz-visible-secret%2Fmore",
+        f"projected service-account token {JWT} read",
+        json.dumps({"token_file": "/var/run/t", "value": JWT}),
+        f"key material: {PEM}",
+        repr(f"login key {PEM}"),  # newlines escaped
+        PEM[:60] + "zz-visible-secret",  # a PEM block cut off (an Event's 1,000 characters)
+    ],
+)
+def test_bytes_reprs_basic_credentials_url_encoded_keys_jwts_and_pem_bodies_are_masked(
+    line: str,
+) -> None:
+    """Issue 46: each of these forms went through the mask unchanged."""
+    masked = logmask.mask(line)
+    assert "zz-visible-secret" not in masked, masked
+
+
+def test_basic_credentials_are_masked() -> None:
+    """`Basic base64(user:password)`: the run token in a proxy URL travels as this."""
+    encoded = base64.b64encode(b"run:zz-visible-secret").decode()
+    for line in (
+        f"Proxy-Authorization: Basic {encoded}",
+        repr({"Authorization": f"Basic {encoded}"}),
+    ):
+        masked = logmask.mask(line)
+        assert encoded not in masked and "Basic ***" in masked, masked
+
+
+def test_what_looks_like_them_but_is_no_secret_stays() -> None:
+    line = "Basic settings apply; a JWT header alone eyJhbGciOi; region%3Dap-guangzhou"
+    assert logmask.mask(line) == line
+    after = logmask.mask(f"{PEM} then slot 3 of team-a/gpu")
+    assert after.endswith("-----END RSA PRIVATE KEY----- then slot 3 of team-a/gpu"), after
+
+
+def test_condition_and_event_messages_are_masked() -> None:
+    """Tenants read them: a cloud error quoted into a condition or an Event carried whatever
+    key or token it held (before: written as given)."""
+    status = SpotpoolStatus()
+    now = datetime(2026, 12, 6, tzinfo=UTC)
+    leaked = "the provider said: TENCENTCLOUD_SECRET_KEY=zz-visible-secret; " + JWT
+    status = with_condition(status, "Degraded", True, "CloudRejected", leaked, 1, now)
+    (condition,) = status.conditions
+    assert "zz-visible-secret" not in condition.message
+    assert condition.message.startswith("the provider said: TENCENTCLOUD_SECRET_KEY=***")
+
+    class Core:  # the API server's side of create_namespaced_event: what it was sent
+        def __init__(self) -> None:
+            self.bodies: list[dict[str, Any]] = []
+
+        def create_namespaced_event(self, namespace: str, body: dict[str, Any], **_: Any) -> None:
+            self.bodies.append(body)
+
+    core = Core()
+    ref = {"apiVersion": "devops.jokerbai.com/v1", "kind": "Spotpool",
+           "metadata": {"namespace": "team-a", "name": "gpu", "uid": "u-1"}}  # fmt: skip
+    DirectEvents(core).post(ref, "Warning", "CloudRejected", leaked)
+    (body,) = core.bodies
+    assert "zz-visible-secret" not in body["message"] and "***" in body["message"]

@@ -8,6 +8,7 @@ generation is not yet observed, Failed while Stalled is True, Current otherwise.
 from datetime import datetime
 
 from spotpool.api.status import Condition, ConditionType, Phase, SpotpoolStatus
+from spotpool_operator.reporting.logmask import mask
 
 READY = ConditionType.READY.value
 PROGRESSING = ConditionType.PROGRESSING.value
@@ -51,7 +52,7 @@ def with_condition(
         type=type_,
         status=text,
         reason=reason,
-        message=message,
+        message=mask(message),  # tenants read it: a quoted cloud error must carry no key
         last_transition_time=old.last_transition_time if old and old.status == text else now,
         observed_generation=generation,
     )

@@ -1,5 +1,6 @@
 """Kubernetes Events on a Spotpool, posted through kopf's own event queue, and fenced like
-status: a replica that no longer serves the pool posts none."""
+status: a replica that no longer serves the pool posts none. Every message is masked as log
+lines are (logmask.py): the pool's tenants read its Events."""
 
 import logging
 from collections.abc import Callable
@@ -7,6 +8,8 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, cast
 
 import kopf
+
+from spotpool_operator.reporting.logmask import mask
 
 log = logging.getLogger("spotpool_operator.events")
 
@@ -20,8 +23,9 @@ class KopfEvents:
 
     def post(self, ref: dict[str, Any], type_: str, reason: str, message: str) -> None:
         kopf.event(
-            kopf.Body(cast(kopf.RawBody, ref)), type=type_, reason=reason, message=message[:1000]
-        )
+            kopf.Body(cast(kopf.RawBody, ref)), type=type_, reason=reason,
+            message=mask(message)[:1000],
+        )  # fmt: skip
 
 
 class DirectEvents:
@@ -40,7 +44,7 @@ class DirectEvents:
             "metadata": {"generateName": f"{meta.get('name')}.", "namespace": namespace},
             "involvedObject": {"apiVersion": ref.get("apiVersion"), "kind": ref.get("kind"),
                                **meta},
-            "type": type_, "reason": reason, "message": message[:1000],
+            "type": type_, "reason": reason, "message": mask(message)[:1000],
             "source": {"component": "spotpool-operator"}, "reportingComponent": "spotpool-operator",
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         }  # fmt: skip
