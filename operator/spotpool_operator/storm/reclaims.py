@@ -11,6 +11,7 @@ from spotpool.api.status import SpotpoolStatus
 from spotpool.engine.basics.results import OperationResult
 from spotpool.engine.tencent import cloud_errors
 from spotpool.engine.tencent.credentials import Credentials
+from spotpool.engine.tencent.recent_writes import RECENT
 from spotpool_operator.basics.failures import PoolProblem, classify
 from spotpool_operator.basics.pools import PoolRef, PoolState
 from spotpool_operator.convergence.engine_runner import PoolWork, visible
@@ -68,9 +69,12 @@ class Reclaims(PoolWork):
             return
         async with pool.lock:
             pool.last_activity = time.monotonic()
+            note = pool.limit_note
             spec = await self._spec(pool, ref, "refresh", quiet=True)
             if spec.paused:
                 return
+            if await self._grow_if_allowed(pool, ref, spec, note):
+                return  # a held pool grew (its limit was raised): that up looked at the cloud
             started = self.clock()
             if not pool.replace_pending:
                 credentials = await self._credentials(pool, ref, spec, "refresh", quiet=True)
@@ -133,10 +137,12 @@ class Reclaims(PoolWork):
                 "CloudCheckFailed",
                 f"the quick cloud check failed ({type(error).__name__}); backing off",
             ) from None
-        if expected <= alive:
+        missing = expected - alive
+        missing -= RECENT.unlisted(missing)  # launched a moment ago: the listing lags
+        if not missing:
             pool.last_activity = time.monotonic()
             return True
-        ref.logger.info("instances missing in the cloud: %s", ", ".join(sorted(expected - alive)))
+        ref.logger.info("instances missing in the cloud: %s", ", ".join(sorted(missing)))
         return False
 
     def _keeping_drift(self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec) -> list[int] | None:
