@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from spotpool.api.crd import ACCESS_CRD_PATH, CRD_PATH, render_access_yaml, render_yaml
@@ -52,12 +53,26 @@ def test_desired_count_is_replicas_else_minimum(changes: dict[str, int], expecte
         ({"refreshInterval": "5s"}, "refreshInterval must be at least 10s"),
         ({"maximum": 5000}, "maximum"),
         ({"colour": "blue"}, "colour"),
+        ({"tags": {"spotpool-retained": "2026-12-06"}}, "tag keys starting with spotpool-"),
+        ({"tags": {"team": "a", "spotpool-pool-uid": "x"}}, "tag keys starting with spotpool-"),
     ],
 )
 def test_invalid_specs_are_refused_naming_what_to_fix(
     changes: dict[str, object], says: str
 ) -> None:
     assert says in refusal(**changes)
+
+
+def test_reserved_tag_keys_are_refused_by_the_model_and_the_crd_alike() -> None:
+    """Issue 46: `spotpool-retained` in spec.tags put the pool's leaks beyond the sweep."""
+    kept = SpotpoolSpec.model_validate(article_spec(tags={"team": "a", "pool-spotpool-x": "1"}))
+    assert kept.tags == {"team": "a", "pool-spotpool-x": "1"}
+    crd = yaml.safe_load(render_yaml())
+    rules = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "x-kubernetes-validations"
+    ]
+    (rule,) = [r for r in rules if "self.tags" in r["rule"]]
+    assert rule["rule"] == "!has(self.tags) || self.tags.all(k, !k.startsWith('spotpool-'))"
 
 
 def test_durations() -> None:

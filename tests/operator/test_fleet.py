@@ -302,3 +302,24 @@ def test_a_gone_slot_another_live_instance_of_the_pool_holds_is_told_as_held() -
 
     asyncio.run(sweep_all())
     assert seen == [{0, 1}] and held == [{1}]  # pool b's slot 0 holds nothing of a's
+
+
+def test_a_launch_the_listing_has_not_caught_up_with_is_not_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from spotpool.engine.tencent.recent_writes import RecentWrites
+
+    recent = RecentWrites(bound=60)
+    monkeypatch.setattr("spotpool_operator.cloud.fleet.RECENT", recent)
+    cloud = FakeCloud()
+    cloud.instances = [instance("a", "ins-a0", 0)]  # ins-a1 launched, not listed yet
+    recent.launched(["ins-a1"])
+    probe = FleetProbe(cloud.list)
+    seen, notify = recorder()
+    probe.watch("a", KEYS, "r1", {0: "ins-a0", 1: "ins-a1"}, notify)
+    key, group = next(iter(probe._groups.items()))
+    asyncio.run(probe.sweep(key, group))
+    assert seen == []  # a lagging listing: not a reclaim
+    recent.listed(["ins-a1"])  # the listing showed it once; now missing means gone
+    asyncio.run(probe.sweep(key, group))
+    assert seen == [{1}]

@@ -19,6 +19,9 @@ VERSION = "v1"
 KIND = "Spotpool"
 PLURAL = "spotpools"
 MAX_POOL_SIZE = 1000
+# The operator's own instance tags (stackconfig.TAG_*, spotpool-retained, the notice tags): a
+# spec's tags may not set one (spotpool-retained would put the pool's leaks beyond the sweep).
+RESERVED_TAG_PREFIX = "spotpool-"
 
 # Cross-field rules, written once in CEL: the API server enforces them at admission
 # (x-kubernetes-validations) and `SpotpoolSpec` checks the same rules in Python.
@@ -64,6 +67,11 @@ SPEC_RULES: list[tuple[str, str]] = [
         "(!has(self.credentialsSecretRef) && !has(self.secretId))",
         "useOperatorIdentity takes no keys: remove credentialsSecretRef and secretId/secretKey, "
         "or set useOperatorIdentity to false",
+    ),
+    (
+        f"!has(self.tags) || self.tags.all(k, !k.startsWith('{RESERVED_TAG_PREFIX}'))",
+        f"tag keys starting with {RESERVED_TAG_PREFIX} are the operator's own (the pool, the "
+        "slot, the install, spotpool-retained, ...): rename the tag",
     ),
 ]
 MIN_REFRESH_SECONDS = 10
@@ -378,7 +386,10 @@ class SpotpoolSpec(Model):
         None, max_length=16384, description="Cloud-init user data (plain text)."
     )
     tags: dict[str, str] | None = Field(
-        None, max_length=40, description="Extra tags on every instance."
+        None,
+        max_length=40,
+        description="Extra tags on every instance (keys starting with spotpool- are the "
+        "operator's own: refused).",
     )
     refresh_interval: str | None = Field(
         None,
@@ -489,6 +500,7 @@ def _holds(rule: str, spec: SpotpoolSpec) -> bool:
         SPEC_RULES[8][0]: not spec.subnet_ids or spec.vpc_id != "DEFAULT",
         SPEC_RULES[9][0]: not spec.use_operator_identity
         or (spec.credentials_secret_ref is None and spec.secret_id is None),
+        SPEC_RULES[10][0]: not any(k.startswith(RESERVED_TAG_PREFIX) for k in spec.tags or {}),
     }
     return bool(checks[rule])
 
