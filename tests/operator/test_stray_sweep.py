@@ -1,11 +1,13 @@
 """The sweep of deleted pools' instances (strays.py) over fakes: it lists the fleet before the
 pools, asks the backend before any termination, terminates only what the decision says (fenced
-right before the send), posts an Event on the deleted pool and counts; one account's failure is
-its own, one cap bounds a pass, report mode terminates nothing, recorded accounts come back."""
+right before the send), posts an Event on a deleted pool it served (in that pool's namespace)
+and counts; one account's failure is its own, each account has its own cap a pass, report mode
+terminates nothing, recorded accounts come back."""
 
 import json
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import kubernetes
 import pytest
@@ -13,6 +15,7 @@ from pydantic import SecretStr
 from spotpool_operator.cloud.strays import Backend, StraySweep
 from spotpool_operator.reporting.kube import KubeCluster
 
+from spotpool.api.stackconfig import PoolIdentity
 from spotpool.engine.leftovers.accounts import AccountRecord
 from spotpool.engine.leftovers.holdings import Holdings
 from spotpool.engine.tencent.cloud import FleetInstance
@@ -97,6 +100,9 @@ class World:
             clock=lambda: self.now,
         )  # fmt: skip
         sweep.remember(KEYS, "ap-singapore")
+        for uid in sorted(self.served):  # pools this replica served: their Events are posted
+            sweep.remember(KEYS, "ap-singapore", pool=PoolIdentity(namespace="team-a", name=uid,
+                                                                  uid=uid))  # fmt: skip
         return sweep
 
     def two_passes(self, sweep: StraySweep) -> list[str]:
@@ -165,19 +171,58 @@ def test_the_fence_is_checked_right_before_the_send() -> None:
     assert world.counted == 0 and world.events.posted == []
 
 
-def test_one_accounts_failure_is_its_own_and_the_cap_is_one_per_pass() -> None:
+def test_one_accounts_failure_is_its_own_and_each_account_has_a_cap_per_pass() -> None:
     world = World([], set(), {"a", "b"})
     world.fleets = {
-        "AKID-a": [instance("i-a1", "a"), instance("i-a2", "a")],
+        "AKID-a": [instance("i-a1", "a"), instance("i-a2", "a"), instance("i-a3", "a")],
         "AKID-b": [instance("i-b1", "b"), instance("i-b2", "b")],
     }
-    sweep = world.sweep(cap=3)
+    sweep = world.sweep(cap=2)
     broken = Credentials(secret_id=SecretStr("AKID-broken"), secret_key=SecretStr("x"))
     sweep.remember(broken, "ap-singapore")  # sorted first of the three
     sweep.remember(KEYS_B, "ap-singapore")
-    assert len(world.two_passes(sweep)) == 3  # the broken account did not stop the others
-    assert len(world.terminated) == 3
-    assert len([d.instance_id for d in run(sweep.sweep())]) == 1  # the next pass: the rest
+    assert len(world.two_passes(sweep)) == 4  # the broken account did not stop the others
+    assert sorted(world.terminated) == ["i-a1", "i-a2", "i-b1", "i-b2"]  # two of each
+    assert [d.instance_id for d in run(sweep.sweep())] == ["i-a3"]  # the next pass: the rest
+
+
+def test_one_tenants_fake_strays_do_not_use_up_another_accounts_cap() -> None:
+    """Issue 46: 100 instances a tenant tagged as this install's on its own account used up the
+    cap of a whole pass, and another account's true leak waited."""
+    world = World([], set(), {"real"} | {f"fake-{i}" for i in range(100)})
+    world.fleets = {
+        "AKID-a": [instance(f"i-fake-{i}", f"fake-{i}") for i in range(100)],
+        "AKID-b": [instance("i-leak", "real")],
+    }
+    sweep = world.sweep(cap=10)
+    sweep.remember(KEYS_B, "ap-singapore")
+    swept = world.two_passes(sweep)
+    assert "i-leak" in swept and len(swept) == 11  # ten of the tenant's, and the leak
+
+
+def test_events_only_for_pools_this_install_served_in_the_namespace_it_served_them_in() -> None:
+    """Issue 46: the Event went to whatever namespace an instance's tag named (a tenant writes
+    the tags of its own account's instances), for any uid."""
+    world = World(
+        [
+            instance("i-seen", "gone", pool="team-b/victim"),  # its tag rewritten
+            instance("i-never", "fake", pool="team-c/anything"),  # a uid never served here
+        ],
+        set(),
+        {"gone", "fake"},
+    )
+    posted: list[tuple[str, str, str]] = []
+
+    class Where:
+        def post(self, ref: dict[str, Any], type_: str, reason: str, message: str) -> None:
+            meta = ref["metadata"]
+            posted.append((meta["namespace"], meta["name"], reason))
+
+    world.events = Where()  # type: ignore[assignment]
+    sweep = world.sweep()
+    del sweep.seen["fake"]  # the tenant's uid: no pool of this install ever had it
+    assert sorted(world.two_passes(sweep)) == ["i-never", "i-seen"]  # both leaks still go
+    assert posted == [("team-a", "gone", "OrphanSwept")]
 
 
 def test_report_mode_posts_an_event_and_counts_once_terminates_nothing() -> None:

@@ -10,13 +10,15 @@ it (a pool exists before anything is created for it, so a uid missing from the l
 a deleted pool's — once two listings a grace apart both lack it). Then one pure decision
 (engine/leftovers/stray_rules.py `decide_strays`) says what goes; before anything goes, every
 stack of the backend and the Retain records are read (engine/leftovers/holdings.py). Each
-account is swept on its own (one failing does not stop the others); one cap bounds a whole
-pass; each termination is checked against the pool's shard Lease right before it is sent.
+account is swept on its own (one failing does not stop the others) within a cap of its own (one
+tenant's fake strays on its own account cannot use up another's); each termination is checked
+against the pool's shard Lease right before it is sent.
 
 `--sweep terminate` (the default) terminates; `report` posts the Event `OrphanFound` and counts
-`spotpool_orphans_reported_total` instead; `off` runs no sweep. Each termination is an Event
-`OrphanSwept` (on the deleted pool's name, in its namespace), a log line and
-`spotpool_orphans_swept_total`.
+`spotpool_orphans_reported_total` instead; `off` runs no sweep. Each termination is a log line,
+`spotpool_orphans_swept_total` and, for a pool this replica served (`remember`), an Event
+`OrphanSwept` on the deleted pool, in the namespace it was seen in — never where an instance's
+tag says: a tenant writes the tags of its own account's instances.
 """
 
 import asyncio
@@ -28,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from spotpool.api.spec import GROUP, VERSION
+from spotpool.api.stackconfig import PoolIdentity
 from spotpool.engine.leftovers.accounts import AccountRecord
 from spotpool.engine.leftovers.holdings import Holdings
 from spotpool.engine.leftovers.orphans import Action, Decision, Tagged
@@ -101,6 +104,7 @@ class StraySweep:
         self._told: set[tuple[str, str]] = set()  # (instance, reason) left and said so
         self._saved: dict[str, float] = {}  # record key -> when this process last wrote it
         self._recorded: set[str] = set()  # record keys found in the backend and resolved
+        self.seen: dict[str, tuple[PoolIdentity, float]] = {}  # pool uid -> the pool, when
 
     @property
     def interval(self) -> float:
@@ -108,10 +112,17 @@ class StraySweep:
         return min(300.0, max(5.0, self.grace / 3))
 
     def remember(
-        self, credentials: Credentials, region: str, record: AccountRecord | None = None
+        self,
+        credentials: Credentials,
+        region: str,
+        record: AccountRecord | None = None,
+        pool: PoolIdentity | None = None,
     ) -> None:
         """A pool of this replica uses this key pair and region: sweep it from now on (and,
-        with its `record`, after a restart too)."""
+        with its `record`, after a restart too); the `pool` is one whose leftovers' Events
+        may be posted, in its namespace."""
+        if pool is not None:
+            self.seen[pool.uid] = (pool, time.time())
         key = (credentials.identity_key(), region)  # temporary keys renew; this stays
         label = _label(record) if record else "a pool's inline keys"
         self.accounts[key] = _Account(credentials, region, time.time(), label)
@@ -139,11 +150,13 @@ class StraySweep:
         await self._find_recorded(keep)
         for key in [k for k, a in self.accounts.items() if a.seen < time.time() - keep]:
             del self.accounts[key]
+        for uid in [u for u, (_, when) in self.seen.items() if when < time.time() - keep]:
+            del self.seen[uid]
         done: list[Decision] = []
         listed: set[str] = set()
         for account in list(self.accounts.values()):
             try:
-                done += await self._sweep(account, self.cap - len(done), listed)
+                done += await self._sweep(account, self.cap, listed)
             except Exception as error:
                 log.warning("sweep of %s in %s failed: %s", account.label, account.region,
                             _code(error))  # fmt: skip
@@ -218,7 +231,7 @@ class StraySweep:
                 self._told.add((left.instance_id, left.reason))
                 log.info("left instance %s of deleted pool %s: %s",
                          left.instance_id, left.pool_uid, left.reason)  # fmt: skip
-        names = {item.instance_id: item.pool for item in found}
+        names = {item.instance_id: item.pool for item in found}  # as tagged: for logs only
         reported = [d for d in decisions if d.action is Action.REPORT]
         fresh = [d for d in reported if (d.instance_id, "report") not in self._told]
         for decision in fresh:
@@ -256,18 +269,21 @@ class StraySweep:
 
         return check
 
-    def _report(self, decision: Decision, pool: str | None) -> None:
-        """In a thread: the Event is posted straight to the API server (events.DirectEvents)."""
+    def _report(self, decision: Decision, tagged: str | None) -> None:
+        """In a thread: the Event is posted straight to the API server (events.DirectEvents),
+        only for a pool this replica served, in the namespace it served it in."""
         if decision.action is Action.REPORT:
             what = f"would terminate instance {decision.instance_id}: {decision.reason}"
             reason = "OrphanFound"
         else:
             what = f"terminated instance {decision.instance_id}: {decision.reason}"
             reason = "OrphanSwept"
-        log.warning("%s (pool %s)", what, pool or "?")
-        namespace, _, name = (pool or "").partition("/")
-        if namespace and name:
-            self.events.post(_deleted_pool(namespace, name, decision.pool_uid), "Warning",
+        seen = self.seen.get(decision.pool_uid)
+        log.warning("%s (pool %s, tagged %s)%s", what, decision.pool_uid, tagged or "?",
+                    "" if seen else ": not a pool this install served, no Event")  # fmt: skip
+        if seen is not None:
+            pool = seen[0]
+            self.events.post(_deleted_pool(pool.namespace, pool.name, pool.uid), "Warning",
                              reason, what)  # fmt: skip
 
 

@@ -53,7 +53,7 @@ class Deletion(PoolWork):
             engine = self._engine(ref, credentials, region)
             if problem is None and self.strays is not None:  # a late instance is swept with it
                 record = account_of(ref.namespace, ref.spec, region)
-                self.strays.remember(credentials, region, record)
+                self.strays.remember(credentials, region, record, ref.identity)
             try:
                 if retain:
                     # Surges too: Retain forgets nothing it owns.

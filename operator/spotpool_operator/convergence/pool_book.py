@@ -71,7 +71,7 @@ class PoolBook(EngineCalls):
         of deleted pools' instances look at its key pair and region)."""
         if self.strays is not None:
             record = account_of(ref.namespace, ref.spec, region)
-            self.strays.remember(credentials, region, record)
+            self.strays.remember(credentials, region, record, ref.identity)
         if self.probe is None:
             return
         expected = {i.slot: i.instance_id for i in pool.status.instances if i.slot is not None}

@@ -68,7 +68,7 @@ class Fleet:
     missing: Mapping[str, datetime]  # pool uid -> first listing that lacked it (`Missing`)
     gone: frozenset[str]  # pools missing from two listings at least the grace apart
     serves: Callable[[str], bool]  # this replica holds the shard (Lease) of that pool uid now
-    cap: int  # terminations left in this pass (one cap for the whole install)
+    cap: int  # terminations left in this pass for this account (each account has its own)
     kept: frozenset[str] = frozenset()  # pools deleted with Retain, by the backend's records
     # Instance ids any stack of the backend holds, or a Retain record names; None: the backend
     # could not be read in full (nothing is terminated then).
