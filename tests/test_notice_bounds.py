@@ -265,3 +265,43 @@ def _flood(port: int, count: int) -> list[int]:
         except urllib.error.HTTPError as error:
             codes.append(error.code)
     return codes
+
+
+def test_one_pools_reports_use_up_their_own_rate_not_the_other_pools(tmp_path: Path) -> None:
+    """Issue 46: one pool's instances (a tenant's own, holding their slot tokens) sending signed
+    reports as fast as they could used up the endpoint's rate for every pool: another pool's
+    notice got 429 within its two minutes."""
+    world = make_world(tmp_path, notice_port=8090)
+    limits = NoticeLimits(reports_per_second=0.01, burst=10, peer_reports_per_second=100,
+                          peer_burst=100, pool_reports_per_second=0.01, pool_burst=3)  # fmt: skip
+    port = free_port()
+    when = _beijing(datetime.now(UTC) + timedelta(minutes=2))
+
+    def report(uid: str) -> int:
+        key = world.reconciler.settings.engine.notice_key(uid)
+        body, signature = _signed(key, {**_fields("ins-a1", when), "poolUid": uid})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}{notices.REPORT_PATH}", data=body, method="POST",
+            headers={notices.SIGNATURE_HEADER: signature},
+        )  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=5) as reply:
+                return int(reply.status)
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    async def scenario() -> tuple[list[int], int, list[int]]:
+        server = NoticeServer(world.reconciler, "127.0.0.1", port, limits)
+        await server.start()
+        try:
+            flood = [await asyncio.to_thread(report, "uid-flooding") for _ in range(12)]
+            other = await asyncio.to_thread(report, "uid-quiet")
+            garbage = await asyncio.to_thread(_flood, port, 15)  # signed by no pool's token
+            return flood, other, garbage
+        finally:
+            await server.stop()
+
+    flood, other, garbage = run(scenario())
+    assert flood.count(429) == 12 - limits.pool_burst and 429 not in flood[: limits.pool_burst]
+    assert other != 429  # judged (no such pool here: 404), not turned away
+    assert garbage.count(429) == 15 - limits.burst  # unsigned ones: a bucket of their own

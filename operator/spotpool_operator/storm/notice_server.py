@@ -3,18 +3,28 @@
 It only parses and answers; the reconciler (notices.py) checks each report and acts on it.
 The endpoint faces the instances' network, so it bounds what anyone there can make it hold:
 connections at once (in all and from one address), how long one connection lives, and how
-many reports a second it reads (in all and from one address): past those a connection is
-answered 503 and closed, a report 429, before anything else is done with it.
+many reports a second it reads (from one address; then from one pool — a report counts for the
+pool whose slot token signed it — and in all): past those a connection is answered 503 and
+closed, a report 429, before anything else is done with it. One pool's instances (a tenant's
+own, holding their tokens) cannot use up what the other pools' notices need, and reports
+signed by no pool's token have a bucket of their own.
 """
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import dataclass
 
 from aiohttp import web
 
-from spotpool.api.notices import CHECKPOINT_PATH, REPORT_PATH, SIGNATURE_HEADER
+from spotpool.api.notices import (
+    CHECKPOINT_PATH,
+    REPORT_PATH,
+    SIGNATURE_HEADER,
+    signature_problem,
+    slot_token,
+)
 from spotpool_operator.storm.notices import Notices
 
 log = logging.getLogger("spotpool_operator.notices")
@@ -41,6 +51,8 @@ class NoticeLimits:
     burst: int = 200
     peer_reports_per_second: float = 20.0  # read, from one address
     peer_burst: int = 100
+    pool_reports_per_second: float = 10.0  # signed by one pool's tokens (a storm: one each)
+    pool_burst: int = 100
 
 
 class _Bucket:
@@ -81,7 +93,9 @@ class NoticeServer:
         self._listener: asyncio.Server | None = None
         self._open: dict[asyncio.Transport, str] = {}  # admitted connection -> peer address
         self._bucket = _Bucket(self.limits.reports_per_second, self.limits.burst)
+        self._unsigned = _Bucket(self.limits.reports_per_second, self.limits.burst)
         self._peer_buckets: dict[str, _Bucket] = {}
+        self._pool_buckets: dict[str, _Bucket] = {}
         self.refused_connections = 0
 
     async def start(self) -> None:
@@ -136,28 +150,40 @@ class NoticeServer:
         handler.connection_made(transport)
         asyncio.get_running_loop().call_later(self.limits.connection_life, transport.abort)
 
-    def _rate_limited(self, peer: str) -> bool:
-        bucket = self._peer_buckets.get(peer)
+    def _taken(self, buckets: dict[str, _Bucket], key: str, rate: float, burst: int) -> bool:
+        bucket = buckets.get(key)
         if bucket is None:
-            if len(self._peer_buckets) > 10_000:  # bounded memory: forget the quiet ones
-                self._peer_buckets.clear()
-            bucket = self._peer_buckets[peer] = _Bucket(
-                self.limits.peer_reports_per_second, self.limits.peer_burst
-            )
-        return not (bucket.take() and self._bucket.take())
+            if len(buckets) > 10_000:  # bounded memory: forget the quiet ones
+                buckets.clear()
+            bucket = buckets[key] = _Bucket(rate, burst)
+        return bucket.take()
+
+    def _pool_limited(self, body: bytes, signature: str) -> str | None:
+        """Why the report waits (429), after its address's bucket: its pool's bucket (the
+        report signed by a slot token of that pool), then the bucket of all signed reports;
+        one of its own for a report no pool's token signed. None: it is read."""
+        pool = _signed_pool(self.notices, body, signature)
+        if pool is None:
+            return None if self._unsigned.take() else "too many reports; retry"
+        limits = self.limits
+        if not self._taken(self._pool_buckets, pool, limits.pool_reports_per_second,
+                           limits.pool_burst):  # fmt: skip
+            return "too many reports for this pool; retry"
+        return None if self._bucket.take() else "too many reports; retry"
 
     async def _report(self, request: web.Request) -> web.Response:
-        if self._rate_limited(request.remote or ""):
-            self.notices.metrics.observe_notice("rate_limited")
-            return web.json_response(
-                {"message": "too many reports; retry"}, status=429, headers={"Retry-After": "2"}
-            )
+        limits = self.limits
+        if not self._taken(self._peer_buckets, request.remote or "",
+                           limits.peer_reports_per_second, limits.peer_burst):  # fmt: skip
+            return self._too_many("too many reports; retry")
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             self.notices.metrics.observe_notice("malformed")
             return web.json_response({"message": "report too large"}, status=413)
         signature = request.headers.get(SIGNATURE_HEADER, "")
+        if (why := self._pool_limited(body, signature)) is not None:
+            return self._too_many(why)
         if request.path == CHECKPOINT_PATH:  # the onNotice command's result
             code, message = self.notices.receive_checkpoint(body, signature)
         else:
@@ -166,8 +192,27 @@ class NoticeServer:
         log.log(level, "%s from %s: %d %s", request.path, request.remote, code, message)
         return web.json_response({"message": message}, status=code)
 
+    def _too_many(self, message: str) -> web.Response:
+        self.notices.metrics.observe_notice("rate_limited")
+        return web.json_response({"message": message}, status=429, headers={"Retry-After": "2"})
+
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"ok": True})
+
+
+def _signed_pool(notices: Notices, body: bytes, signature: str) -> str | None:
+    """The pool uid a report (a notice or a checkpoint) names when one of that pool's slot
+    tokens signed it just now, else None."""
+    try:
+        fields = json.loads(body)
+        uid, slot = str(fields["poolUid"]), int(fields["slot"])
+        nonce = str(fields.get("nonce") or "")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not 0 < len(uid) <= 64 or slot < 0 or len(nonce) > 64:
+        return None
+    token = slot_token(notices.settings.engine.notice_key(uid), slot, nonce)
+    return uid if signature_problem(token, signature, body, time.time()) is None else None
 
 
 def _peer(transport: asyncio.BaseTransport) -> str:
