@@ -104,3 +104,64 @@ def test_resize_lets_more_through() -> None:
         return running
 
     assert asyncio.run(scenario()) == 3
+
+
+def test_slots_go_round_the_namespaces_within_a_priority() -> None:
+    """Issue 46: team-a applying four pools at once made team-b's one pool wait behind all four
+    (first come first served); now each free slot goes to the namespace served longest ago, and
+    a more urgent priority still goes first."""
+
+    async def run_in(slots: EngineSlots, order: list[str], name: str, namespace: str,
+                     priority: Priority = Priority.CREATE) -> None:  # fmt: skip
+        async with slots.take(priority, "", namespace):
+            order.append(name)
+            await asyncio.sleep(0)
+
+    async def scenario() -> list[str]:
+        order: list[str] = []
+        slots, gate = EngineSlots(1), asyncio.Event()
+        busy = asyncio.create_task(_run(slots, order, "busy", Priority.CREATE, hold=gate))
+        await asyncio.sleep(0)
+        tasks = [asyncio.create_task(run_in(slots, order, f"a{i}", "team-a")) for i in range(4)]
+        await asyncio.sleep(0)
+        tasks += [asyncio.create_task(run_in(slots, order, f"b{i}", "team-b")) for i in range(2)]
+        tasks.append(asyncio.create_task(run_in(slots, order, "c-replace", "team-c",
+                                                Priority.REPLACE)))  # fmt: skip
+        await asyncio.sleep(0)
+        gate.set()
+        await asyncio.gather(busy, *tasks)
+        return order
+
+    assert asyncio.run(scenario()) == ["busy", "c-replace", "a0", "b0", "a1", "b1", "a2", "a3"]
+
+
+def test_a_namespace_with_fewer_operations_running_goes_first() -> None:
+    """team-b was served more recently, but team-a has one running: team-b's waiter goes first."""
+
+    async def hold(slots: EngineSlots, order: list[str], name: str, namespace: str,
+                   gate: asyncio.Event) -> None:  # fmt: skip
+        async with slots.take(Priority.UPDATE, "", namespace):
+            order.append(name)
+            await gate.wait()
+
+    async def scenario() -> list[str]:
+        order: list[str] = []
+        slots = EngineSlots(2)
+        a_gate, b_gate, end = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        tasks = [asyncio.create_task(hold(slots, order, "a-long", "team-a", a_gate))]
+        await asyncio.sleep(0)
+        tasks.append(asyncio.create_task(hold(slots, order, "b-short", "team-b", b_gate)))
+        await asyncio.sleep(0)  # both run; team-b was granted last
+        tasks.append(asyncio.create_task(hold(slots, order, "a-next", "team-a", end)))
+        await asyncio.sleep(0)
+        tasks.append(asyncio.create_task(hold(slots, order, "b-next", "team-b", end)))
+        await asyncio.sleep(0)
+        b_gate.set()  # a slot frees: team-a runs one, team-b none
+        await asyncio.sleep(0.01)
+        first = list(order)
+        a_gate.set()
+        end.set()
+        await asyncio.gather(*tasks)
+        return first
+
+    assert asyncio.run(scenario()) == ["a-long", "b-short", "b-next"]

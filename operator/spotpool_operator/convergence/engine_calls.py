@@ -113,9 +113,10 @@ class EngineCalls:
         """
         engine = engine if engine is not None else getattr(call, "__self__", None)
         uid: str | None = getattr(getattr(engine, "pool", None), "uid", None)
+        namespace = str(getattr(getattr(engine, "pool", None), "namespace", "") or "")
         if self.shards is not None and uid is not None and not self.shards.serves(uid):
             raise _not_served(self.shards, uid)  # another replica's pool now: hands off
-        async with self._slot(self._priority(kind, uid), _account(engine)):
+        async with self._slot(self._priority(kind, uid), _account(engine), namespace):
             self.metrics.in_flight.inc()
             started = time.monotonic()
             succeeded = False
@@ -140,14 +141,14 @@ class EngineCalls:
 
     @contextlib.asynccontextmanager
     async def _slot(
-        self, priority: Priority = Priority.UPDATE, account: str = ""
+        self, priority: Priority = Priority.UPDATE, account: str = "", namespace: str = ""
     ) -> AsyncIterator[None]:
-        """One of the engine slots (most urgent first, bounded per cloud account); counted as
-        queued while waiting for it."""
+        """One of the engine slots (most urgent first, bounded per cloud account, fair across
+        namespaces); counted as queued while waiting for it."""
         self.metrics.queued.inc()
         waiting = True
         try:
-            async with self._slots.take(priority, account):
+            async with self._slots.take(priority, account, namespace):
                 self.metrics.queued.dec()
                 waiting = False
                 yield

@@ -4,7 +4,9 @@ At most `total` operations at once, and at most `per_account` of them on one clo
 (one SecretId): the account's share of a cluster-wide bound, so that N replicas do not run N
 times one account's RunInstances. A free slot goes to the most urgent waiter whose account
 has room — reclaim replacements before spec updates, before periodic full refreshes, before
-first creations — and first come first served within a priority.
+first creations — and, within a priority, to the namespace with the fewest operations running
+and then the one served longest ago (one namespace applying fifty pools at once does not make
+another's one pool wait behind all of them), first come first served within a namespace.
 
 A share below one operation (more replicas than the account's bound) is kept on average: one
 operation at a time, and after an operation that took t seconds the account rests
@@ -13,7 +15,6 @@ t x (1/share - 1), so the replicas' shares never add up to more than the bound.
 
 import asyncio
 import contextlib
-import heapq
 import itertools
 import math
 import time
@@ -29,12 +30,13 @@ class Priority(IntEnum):
     CREATE = 3  # a pool's first up
 
 
-@dataclass(order=True)
+@dataclass
 class _Waiter:
     priority: int
     seq: int
-    account: str = field(compare=False)
-    granted: asyncio.Future[None] = field(compare=False)
+    account: str
+    granted: asyncio.Future[None] = field(repr=False)
+    namespace: str = ""
 
 
 class EngineSlots:
@@ -53,6 +55,9 @@ class EngineSlots:
         self._wakeup: asyncio.TimerHandle | None = None
         self._waiting: list[_Waiter] = []
         self._seq = itertools.count()
+        self._in_namespace: dict[str, int] = {}  # namespace -> operations running
+        self._last_grant: dict[str, int] = {}  # namespace -> the number of its latest grant
+        self._grants = itertools.count(1)
 
     def resize(self, total: int | None = None, per_account: float | None = None) -> None:
         """New bounds (the replica count changed); running operations finish as they are."""
@@ -69,27 +74,29 @@ class EngineSlots:
         )
 
     @contextlib.asynccontextmanager
-    async def take(self, priority: Priority, account: str = "") -> AsyncIterator[None]:
+    async def take(
+        self, priority: Priority, account: str = "", namespace: str = ""
+    ) -> AsyncIterator[None]:
         waiter = _Waiter(
-            priority, next(self._seq), account, asyncio.get_running_loop().create_future()
-        )
-        heapq.heappush(self._waiting, waiter)
+            priority, next(self._seq), account, asyncio.get_running_loop().create_future(),
+            namespace,
+        )  # fmt: skip
+        self._waiting.append(waiter)
         self._dispatch()
         try:
             await waiter.granted
         except asyncio.CancelledError:
             if waiter.granted.done() and not waiter.granted.cancelled():
-                self._release(account)  # granted as it was cancelled: give it back
+                self._release(waiter)  # granted as it was cancelled: give it back
             else:
                 self._waiting.remove(waiter)
-                heapq.heapify(self._waiting)
             raise
         started = self._clock()
         try:
             yield
         finally:
             self._rest(account, self._clock() - started)
-            self._release(account)
+            self._release(waiter)
 
     def _room(self, account: str) -> bool:
         share = self.per_account
@@ -122,29 +129,38 @@ class EngineSlots:
 
         self._wakeup = asyncio.get_running_loop().call_later(min(ends) - now, wake)
 
+    def _order(self, waiter: _Waiter) -> tuple[int, int, int, int]:
+        """Most urgent first; within a priority the namespace with the fewest running, then
+        the one granted longest ago; then first come."""
+        namespace = waiter.namespace
+        return (waiter.priority, self._in_namespace.get(namespace, 0),
+                self._last_grant.get(namespace, 0), waiter.seq)  # fmt: skip
+
     def _dispatch(self) -> None:
-        """Grant free slots, most urgent first, skipping waiters whose account is full."""
-        skipped: list[_Waiter] = []
-        while self._waiting and self.running < self.total:
-            waiter = heapq.heappop(self._waiting)
-            if waiter.granted.done():
-                continue
-            if not self._room(waiter.account):
-                skipped.append(waiter)
-                continue
+        """Grant free slots in `_order`, skipping waiters whose account is full."""
+        self._waiting = [w for w in self._waiting if not w.granted.done()]
+        while self.running < self.total:
+            ready = [w for w in self._waiting if self._room(w.account)]
+            if not ready:
+                break
+            waiter = min(ready, key=self._order)
+            self._waiting.remove(waiter)
             self.running += 1
             self._by_account[waiter.account] = self._by_account.get(waiter.account, 0) + 1
+            namespace = waiter.namespace
+            self._in_namespace[namespace] = self._in_namespace.get(namespace, 0) + 1
+            self._last_grant[namespace] = next(self._grants)
             waiter.granted.set_result(None)
-        for waiter in skipped:
-            heapq.heappush(self._waiting, waiter)
-        if skipped and self._resting:
+        if self._waiting and self._resting:
             self._wake_for_rests()
 
-    def _release(self, account: str) -> None:
+    def _release(self, waiter: _Waiter) -> None:
         self.running -= 1
-        left = self._by_account.get(account, 1) - 1
-        if left:
-            self._by_account[account] = left
-        else:
-            self._by_account.pop(account, None)
+        for counts, key in ((self._by_account, waiter.account),
+                            (self._in_namespace, waiter.namespace)):  # fmt: skip
+            left = counts.get(key, 1) - 1
+            if left:
+                counts[key] = left
+            else:
+                counts.pop(key, None)
         self._dispatch()
