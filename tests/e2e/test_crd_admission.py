@@ -46,6 +46,10 @@ def test_kubectl_explain_reads_the_descriptions(kube: Kube) -> None:
             ("  imageId: img-xxx\n", "  imageId: img-xxx\n  refreshInterval: 3s\n"),
             "refreshInterval must be at least 10s",
         ),
+        (  # issue 46: spotpool-retained would put the pool's leaks beyond the sweep
+            ("  imageId: img-xxx\n", "  imageId: img-xxx\n  tags: {spotpool-retained: 'x'}\n"),
+            "tag keys starting with spotpool- are the operator's own",
+        ),
     ],
 )
 def test_invalid_manifests_are_refused_with_a_clear_message(
