@@ -123,7 +123,7 @@ def test_names_follow_name_and_fullname_overrides_never_the_release() -> None:
     assert sorted(full) == sorted(
         [
             "ServiceAccount/spotpool-system/pools", "Deployment/spotpool-system/pools",
-            "PodDisruptionBudget/spotpool-system/pools",
+            "PodDisruptionBudget/spotpool-system/pools", "NetworkPolicy/spotpool-system/pools",
             "PersistentVolumeClaim/spotpool-system/pools-state",
             "Service/spotpool-system/pools-metrics", "ConfigMap/spotpool-system/pools-dashboard",
             "ClusterRole/pools-spotpool-system-scan",

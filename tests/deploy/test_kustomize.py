@@ -28,6 +28,7 @@ def test_the_kustomization_is_helm_template_with_the_crd_and_the_namespace() -> 
     helm = chart.objects(chart.template({}, "spotpool-system"))
     kinds = [obj["kind"] for obj in loaded]
     assert kinds[:2] == ["CustomResourceDefinition"] * 2 and "Namespace" in kinds
+    assert "NetworkPolicy" in kinds  # on by default (issue 46)
     crds = [yaml.safe_load(crd.render_yaml()), yaml.safe_load(crd.render_access_yaml())]
     assert sorted(loaded[:2], key=str) == sorted(crds, key=str)  # the chart's crds/
     (namespace,) = [obj for obj in loaded if obj["kind"] == "Namespace"]

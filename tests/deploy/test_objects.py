@@ -318,9 +318,18 @@ def test_two_installs_in_one_namespace_have_leases_and_install_ids_of_their_own(
     assert second["SPOTPOOL_LEASE_NAME"] == "gpu-pools"
 
 
-def test_the_network_policy_is_off_by_default_and_admits_only_what_it_names() -> None:
-    """Issue 41: metrics from the monitoring namespace, notices from the VPC's ranges."""
-    assert not [o for o in objects() if o["kind"] == "NetworkPolicy"]
+def test_the_network_policy_is_on_by_default_and_admits_only_what_it_names() -> None:
+    """Issue 41: metrics from the monitoring namespace, notices from the VPC's ranges. Issue 46:
+    on by default (before: off, and the metrics — every namespace's pools, sizes and costs —
+    open to every pod); off only when asked."""
+    (default,) = [o for o in objects() if o["kind"] == "NetworkPolicy"]
+    assert default["spec"]["policyTypes"] == ["Ingress"]
+    (metrics_only,) = default["spec"]["ingress"]  # notices off by default: no rule for them
+    assert metrics_only["ports"] == [{"port": 9090, "protocol": "TCP"}]
+    selector = metrics_only["from"][0]["namespaceSelector"]["matchExpressions"][0]
+    assert selector["values"] == ["monitoring"]
+    off = objects({"networkPolicy": {"enabled": False}})
+    assert not [o for o in off if o["kind"] == "NetworkPolicy"]
     found = objects(
         {"networkPolicy": {"enabled": True, "noticeCIDRs": ["10.0.0.0/16", "10.1.0.0/16"]},
          "notices": {"enabled": True, "port": 8090}, "metrics": {"port": 9090}}

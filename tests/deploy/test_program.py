@@ -65,3 +65,11 @@ def test_defaults_make_the_namespace_and_the_crd_as_the_kustomization_does() -> 
     install = program.Install()
     assert install.chart_values() == {"createNamespace": True}
     assert (install.namespace, install.install_crd) == ("spotpool-system", True)
+
+
+def test_the_default_install_ships_the_network_policy_as_the_chart_and_kustomization_do() -> None:
+    """Issue 46: the NetworkPolicy is on by default in every install form."""
+    install = program.Install()
+    found = chart.objects(chart.template(install.chart_values(), install.namespace))
+    (policy,) = [o for o in found if o["kind"] == "NetworkPolicy"]
+    assert policy["metadata"]["namespace"] == install.namespace
