@@ -60,7 +60,7 @@ def test_a_create_names_its_pool_and_slot_and_kinds_decide_the_repeats() -> None
     assert write_safety.kind_of("RunInstances") is Kind.CREATE
     assert write_safety.kind_of("DescribeInstances") is Kind.READ
     assert write_safety.kind_of("TerminateInstances") is Kind.WRITE
-    assert write_safety.kind_of("ModifyResourceTags") is Kind.WRITE
+    assert write_safety.kind_of("ModifyResourceTags") is Kind.IDEMPOTENT
 
 
 def test_a_lagging_listing_of_a_just_terminated_instance_is_not_taken_as_running() -> None:

@@ -12,6 +12,7 @@ wants it, so nothing leaks.
 import json
 import os
 import socket
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -47,8 +48,10 @@ from spotpool.engine.state.backend_files import (
 )
 from spotpool.engine.state.urns import slot_of_urn
 from spotpool.engine.tencent import cloud
+from spotpool.engine.tencent.recent_writes import RECENT
 
 __all__ = ["GONE_STATES", "Orphans", "repair", "sweep_orphans"]
+CATCH_UP = 30.0  # seconds a sweep waits for a lagging listing to show what was launched
 
 
 def repair(pool: StackView, stack: auto.Stack, state: Mapping[str, Any]) -> list[str]:
@@ -96,20 +99,17 @@ def sweep_orphans(
     cap: int,
     dead_run_slots: frozenset[int] = frozenset(),
     held: frozenset[str] = frozenset(),
+    expected: frozenset[str] = frozenset(),
 ) -> Orphans:
     """Find the instances tagged with this pool that its state (`owned`: slot -> id) does not
     hold, decide each (orphans.py) and terminate the ones decided so. `held`: more ids the
-    state holds outside the slots (surge instances). Call it only while
-    holding the stack's in-process lock, so no run of ours is between creating and recording
-    one; another writer's lock on the stack stops every termination."""
+    state holds outside the slots (surge instances). `expected`: instances launched for the
+    pool beside Pulumi (the fast path's): a listing that lags behind their launch is asked
+    again, within the read-your-writes bound, so they are adopted, not made again. Call it only
+    while holding the stack's in-process lock, so no run of ours is between creating and
+    recording one; another writer's lock on the stack stops every termination."""
     client = _client(pool)
-    tagged = [
-        Tagged(
-            instance_id=i.instance_id, slot=i.slot, state=i.state, instance_type=i.instance_type,
-            zone=i.zone, install=i.install, created=i.created, cluster=i.cluster,
-        )
-        for i in cloud.pool_instances(client, pool.pool.uid)
-    ]  # fmt: skip
+    tagged = _listed(client, pool.pool.uid, expected)
     writer = pool.settings.writer
     holds_lease = writer is None or writer.lease is None or writer.lease.held()
     situation = Situation(
@@ -135,6 +135,26 @@ def sweep_orphans(
     if found.terminated:  # fenced where it is sent, as every other write
         cloud.terminate(client, [d.instance_id for d in found.terminated], pool_fence(pool))
     return found
+
+
+def _listed(client: cvm_client.CvmClient, uid: str, expected: frozenset[str]) -> list[Tagged]:
+    """The pool's instances, once every launch of `expected` this process saw answered shows
+    (or CATCH_UP seconds passed: then the sweep decides on what it has)."""
+    deadline, pause = time.monotonic() + CATCH_UP, 0.5
+    while True:
+        listed = cloud.pool_instances(client, uid)
+        late = RECENT.unlisted(expected - {i.instance_id for i in listed})
+        if not late or time.monotonic() + pause > deadline:
+            break
+        time.sleep(pause)
+        pause = min(2.0, pause * 2)
+    return [
+        Tagged(
+            instance_id=i.instance_id, slot=i.slot, state=i.state, instance_type=i.instance_type,
+            zone=i.zone, install=i.install, created=i.created, cluster=i.cluster,
+        )
+        for i in listed
+    ]  # fmt: skip
 
 
 def terminate_recorded(pool: StackView, ids: Mapping[str, int | None]) -> list[str]:

@@ -144,6 +144,8 @@ class PoolStack:
                 self, config, owned, cap=config.count,
                 dead_run_slots=self.dead_run_slots | frozenset(launched.free(owned)),
                 held=frozenset(surging.values()) | launched.protected(owned),
+                expected=frozenset(lt.instance_id for lt in launched.slots.values()
+                                   if lt.instance_id),
             )  # fmt: skip
             config = config.adopting(orphans.adoptable)
             # The fast path's launches adopted as planned are its replacements, said once by

@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
@@ -58,7 +59,31 @@ def limited(
     check: Callable[[], None] | None = None,
 ) -> Any:
     """`client.<action>(request)` after taking a token from its bucket; `check` (a writer's
-    fence) is passed during the wait and right before the request is sent."""
+    fence) is passed during the wait and right before the request is sent. A read the cloud
+    throttled, failed or did not answer is asked again a few times (a fraction of a second
+    apart, a token each); a write never is here (its caller knows whether it may be)."""
+    tries = READ_TRIES if action.startswith(_READS) else 1
+    pause = 0.2
+    for attempt in range(1, tries + 1):
+        try:
+            return _call(client, action, request, check)
+        except TencentCloudSDKException as error:
+            if attempt == tries or not str(error.code or "").startswith(_PASSING):
+                raise
+        time.sleep(pause)
+        pause *= 2
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+READ_TRIES = 4
+_READS = ("Describe", "Inquiry", "Get")
+# A throttled, failed or unanswered read says nothing: asked again.
+_PASSING = ("RequestLimitExceeded", "InternalError", "ClientNetworkError", "ServerNetworkError")
+
+
+def _call(
+    client: cvm_client.CvmClient, action: str, request: Any, check: Callable[[], None] | None
+) -> Any:
     owner = getattr(client, "bucket_owner", None) or client.credential.secretId
     BUCKETS.bucket(owner, client.region, action).take(check)
     outcome = "error"

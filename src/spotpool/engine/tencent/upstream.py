@@ -5,7 +5,7 @@ again when its answer does not come (write_safety.Kind).
   closed, most often).
 - A create carries its ClientToken: sent again with it, after a pause, on a lost answer, a
   5xx or InternalError, up to `CREATE_TRIES` times — the cloud answers a repeat with the same
-  instance.
+  instance. A write that sets a value (tags, a name) likewise: the same again is the same.
 - Any other write goes on a fresh connection (a kept-alive one may have been closed under it,
   and then nobody can tell whether the request was read), and is sent again only when the
   connection could not even be opened: it provably never left. An answer lost after that is
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from spotpool.engine.tencent.write_safety import Kind, retry_create
+from spotpool.engine.tencent.write_safety import Kind, retry_repeatable
 
 UPSTREAM_TIMEOUT = 120.0
 CREATE_TRIES = 6  # a create's sends at most, one token: ~6 s of pauses in all
@@ -78,7 +78,8 @@ class Upstreams:
         `again()` is asked before every repeat (the fence, the rate token) and stops them
         when False. Raises Lost when the last send went out and no answer came."""
         scheme, host, target = destination
-        tries = CREATE_TRIES if kind is Kind.CREATE else 2
+        repeatable = kind in (Kind.CREATE, Kind.IDEMPOTENT)
+        tries = CREATE_TRIES if repeatable else 2
         pause = FIRST_PAUSE
         for attempt in range(1, tries + 1):
             if kind is Kind.WRITE:
@@ -98,11 +99,11 @@ class Upstreams:
                 self.drop(scheme, host)
                 if kind is Kind.WRITE or attempt == tries or not again():
                     raise Lost(f"upstream {host}: {type(error).__name__}") from None
-                if kind is Kind.CREATE:
+                if repeatable:
                     time.sleep(pause)
                     pause = min(2.0, pause * 2)
                 continue
-            if kind is Kind.CREATE and attempt < tries and retry_create(reply.status, reply.data):
+            if repeatable and attempt < tries and retry_repeatable(reply.status, reply.data):
                 if not again():
                     return reply
                 time.sleep(pause)

@@ -11,9 +11,9 @@ The provider we build (terraform-provider-tencentcloud v1.81.20) sends `RunInsta
   a create whose answer was lost, or whose run failed or was killed, is found again by the
   next operation at once — never left for the orphan grace.
 
-How a call may be sent again (`kind`): a read at will; a create only with its token; any other
-write (TerminateInstances, tags) only when it provably never left (the connection failed
-before the request was written).
+How a call may be sent again (`kind`): a read at will; a create only with its token; a write
+that sets a value (tags, a name) like a create; any other write (TerminateInstances) only when
+it provably never left (the connection failed before the request was written).
 """
 
 import hashlib
@@ -37,12 +37,21 @@ TOO_MANY_CODE = "LimitExceeded.SpotpoolOutstandingCreates"
 class Kind(StrEnum):
     READ = "read"  # Describe*, Inquiry*, Get*: sent again at will
     CREATE = "create"  # carries its ClientToken: sent again with the same one
+    IDEMPOTENT = "idempotent"  # sets a value: the same again is the same (tags, a name)
     WRITE = "write"  # sent again only when it provably never left
+
+
+# Writes that set what they name to a given value: sent twice, the cloud ends the same.
+IDEMPOTENT_ACTIONS = frozenset(
+    {"ModifyResourceTags", "TagResources", "UnTagResources", "ModifyInstancesAttribute"}
+)
 
 
 def kind_of(action: str) -> Kind:
     if action in CREATE_ACTIONS:
         return Kind.CREATE
+    if action in IDEMPOTENT_ACTIONS:
+        return Kind.IDEMPOTENT
     if action.startswith(("Describe", "Inquiry", "Get")):
         return Kind.READ
     return Kind.WRITE
@@ -150,9 +159,10 @@ def error_code(reply: bytes) -> str | None:
     return str(error.get("Code")) if isinstance(error, dict) else None
 
 
-def retry_create(status: int, reply: bytes) -> bool:
-    """A create answered so may be sent again with its token: a 5xx, or the cloud's own
-    InternalError (the same token gets the same instance, if the first one made it)."""
+def retry_repeatable(status: int, reply: bytes) -> bool:
+    """A create (with its token) or an idempotent write answered so may be sent again: a 5xx,
+    or the cloud's own InternalError (the same token gets the same instance, if the first one
+    made it; the same tags are the same tags)."""
     code = error_code(reply) or ""
     return status >= 500 or code == "InternalError" or code.startswith("InternalError.")
 
