@@ -1,6 +1,7 @@
 """Raw HTTP against the local proxies (a malformed chunk, a trickle, idle connections): what any
 local process could send them, byte by byte, with the proxy's memory measured in-process."""
 
+import re
 import select
 import socket
 import threading
@@ -52,14 +53,22 @@ def flood_after(port: int, head: bytes, flood: int, wait: float = 10.0) -> Flood
 
 
 def answer_to(port: int, data: bytes, wait: float = 5.0) -> bytes:
-    """Send `data` and read the answer, the connection kept open (no EOF): b"" when the proxy
-    says nothing within `wait` seconds (it waits for more)."""
+    """Send `data` and read the answer (its head, and its body by its Content-Length), the
+    connection kept open (no EOF): b"" when the proxy says nothing within `wait` seconds (it
+    waits for more)."""
     with socket.create_connection(("127.0.0.1", port), timeout=wait) as raw:
         raw.sendall(data)
+        answer = b""
         try:
-            return raw.recv(4096)
-        except TimeoutError:
-            return b""
+            while chunk := raw.recv(4096):
+                answer += chunk
+                head, found, body = answer.partition(b"\r\n\r\n")
+                length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+                if found and len(body) >= (int(length.group(1)) if length else 0):
+                    break
+        except (TimeoutError, ConnectionResetError):
+            pass
+        return answer
 
 
 def trickle(port: int, data: bytes, every: float, until: float) -> float | None:

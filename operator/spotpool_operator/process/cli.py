@@ -410,8 +410,8 @@ def run(
     from spotpool.engine.basics.settings import EngineSettings, state_root
     from spotpool_operator.basics.settings import OperatorSettings
     from spotpool_operator.cloud.fleet import ProbeSettings
-    from spotpool_operator.reporting import logmask
     from spotpool_operator.process.runner import run as run_operator
+    from spotpool_operator.reporting import logmask
 
     namespaces = [part.strip() for item in namespace for part in item.split(",") if part.strip()]
     if namespaces and all_namespaces:
