@@ -59,7 +59,8 @@ def test_a_create_names_its_pool_and_slot_and_kinds_decide_the_repeats() -> None
     assert write_safety.create_record(b"{}", "t").slot is None
     assert write_safety.kind_of("RunInstances") is Kind.CREATE
     assert write_safety.kind_of("DescribeInstances") is Kind.READ
-    assert write_safety.kind_of("TerminateInstances") is Kind.WRITE
+    assert write_safety.kind_of("TerminateInstances") is Kind.IDEMPOTENT
+    assert write_safety.kind_of("StopInstances") is Kind.WRITE
     assert write_safety.kind_of("ModifyResourceTags") is Kind.IDEMPOTENT
 
 

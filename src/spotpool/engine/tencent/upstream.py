@@ -5,13 +5,15 @@ again when its answer does not come (write_safety.Kind).
   closed, most often).
 - A create carries its ClientToken: sent again with it, after a pause, on a lost answer, a
   5xx or InternalError, up to `CREATE_TRIES` times — the cloud answers a repeat with the same
-  instance. A write that sets a value (tags, a name) likewise: the same again is the same.
+  instance. A write whose repeat the cloud takes as the same (tags, a name, a termination)
+  likewise: the same again is the same.
 - Any other write goes on a fresh connection (a kept-alive one may have been closed under it,
   and then nobody can tell whether the request was read), and is sent again only when the
   connection could not even be opened: it provably never left. An answer lost after that is
   the caller's 502.
 """
 
+import dataclasses
 import http.client
 import ssl
 import time
@@ -31,6 +33,7 @@ class Reply:
     reason: str
     headers: list[tuple[str, str]]
     data: bytes
+    repeated: bool = False  # sent again after an earlier send that may have taken effect
 
 
 class Lost(Exception):
@@ -81,6 +84,7 @@ class Upstreams:
         repeatable = kind in (Kind.CREATE, Kind.IDEMPOTENT)
         tries = CREATE_TRIES if repeatable else 2
         pause = FIRST_PAUSE
+        unsure = False  # an earlier send went out and its answer did not come back
         for attempt in range(1, tries + 1):
             if kind is Kind.WRITE:
                 self.drop(scheme, host)  # a fresh connection: a failure to open it is provable
@@ -97,6 +101,7 @@ class Upstreams:
                 reply = _send(connection, method, target, headers, body)
             except (OSError, http.client.HTTPException) as error:
                 self.drop(scheme, host)
+                unsure = True
                 if kind is Kind.WRITE or attempt == tries or not again():
                     raise Lost(f"upstream {host}: {type(error).__name__}") from None
                 if repeatable:
@@ -105,11 +110,12 @@ class Upstreams:
                 continue
             if repeatable and attempt < tries and retry_repeatable(reply.status, reply.data):
                 if not again():
-                    return reply
+                    return dataclasses.replace(reply, repeated=unsure)
+                unsure = True  # a 5xx or InternalError: it may have acted
                 time.sleep(pause)
                 pause = min(2.0, pause * 2)
                 continue
-            return reply
+            return dataclasses.replace(reply, repeated=unsure)
         raise AssertionError("unreachable")  # pragma: no cover
 
 

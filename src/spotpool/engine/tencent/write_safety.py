@@ -41,10 +41,13 @@ class Kind(StrEnum):
     WRITE = "write"  # sent again only when it provably never left
 
 
-# Writes that set what they name to a given value: sent twice, the cloud ends the same.
+# Writes that set what they name to a given value: sent twice, the cloud ends the same (a
+# terminated instance is terminated once: the repeat of one whose answer was lost finds it
+# terminating, or gone — `repeat_settled`).
 IDEMPOTENT_ACTIONS = frozenset(
-    {"ModifyResourceTags", "TagResources", "UnTagResources", "ModifyInstancesAttribute"}
-)
+    {"ModifyResourceTags", "TagResources", "UnTagResources", "ModifyInstancesAttribute",
+     "TerminateInstances"}
+)  # fmt: skip
 
 
 def kind_of(action: str) -> Kind:
@@ -165,6 +168,16 @@ def retry_repeatable(status: int, reply: bytes) -> bool:
     made it; the same tags are the same tags)."""
     code = error_code(reply) or ""
     return status >= 500 or code == "InternalError" or code.startswith("InternalError.")
+
+
+def repeat_settled(action: str, reply: bytes) -> bytes:
+    """The answer to give for a repeat of a call whose earlier send's answer was lost: a
+    TerminateInstances repeat told the instances are gone (`InvalidInstanceId.NotFound`) says
+    the earlier one took effect — the caller asked for exactly that."""
+    response = _response(reply)
+    if action != "TerminateInstances" or error_code(reply) != "InvalidInstanceId.NotFound":
+        return reply
+    return json.dumps({"Response": {"RequestId": response.get("RequestId", "")}}).encode()
 
 
 def created_ids(reply: bytes) -> list[str]:
