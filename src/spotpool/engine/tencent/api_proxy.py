@@ -83,6 +83,7 @@ from spotpool.engine.tencent.write_safety import (
     journal_of,
     kind_of,
     listed_ids,
+    repeat_settled,
     terminated_ids,
     with_client_token,
     without_stale,
@@ -272,6 +273,8 @@ class _Handler(BoundedHandler):
             reply = self.upstreams.exchange(kind, destination, self.command, headers, body, again)
             if action == "DescribeInstances" and reply.status == 200:
                 reply = self._caught_up(reply, destination, headers, body, again)
+            elif reply.repeated:
+                reply = dataclasses.replace(reply, data=repeat_settled(action, reply.data))
         except Lost as lost:
             self.send_error(502, str(lost))
             return
