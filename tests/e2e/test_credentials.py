@@ -51,9 +51,12 @@ POLICIES = {
         "operatorIdentity": True,
         "accounts": [ACCOUNT_B],
         "externalId": EXTERNAL_ID,
+        # What pool_manifest's pools launch with, on the shared identities granted above.
+        "launch": {"images": ["img-*"], "vpcs": ["DEFAULT"], "subnets": ["DEFAULT"]},
     },
     "e2e-credentials-team-b": {
         "namespaces": {"selector": {"matchLabels": {TEAM: "b"}}},
+        "operatorIdentity": False,  # a say: refused at apply too
         "roles": [f"qcs::cam::uin/{ACCOUNT_B}:roleName/team-b-*"],
         "limits": {"instances": 2},
     },
@@ -169,7 +172,7 @@ def test_a_pool_launches_into_account_b_through_a_role_assumed_with_as_keys(
         for c in calls
         if c["Action"] == "AssumeRole" and c["Params"]["RoleArn"] == ROLE_B
     }
-    assert sent == {(f"spotpool-{namespace}-gpu", EXTERNAL_ID)}
+    assert sent == {(f"spotpool_{namespace}_gpu", EXTERNAL_ID)}
 
 
 def test_a_role_that_does_not_trust_the_caller_is_a_condition_saying_what_to_fix(
@@ -268,7 +271,7 @@ def test_team_b_is_refused_team_as_role_and_the_operators_identity(
         assert operator.cloud(uid) == {}
     calls = operator.emulator.admin_ok("GET", "/_emulator/requests")["Requests"]
     sessions = [str((c["Params"] or {}).get("RoleSessionName")) for c in calls]
-    assert not [s for s in sessions if s.startswith(f"spotpool-{namespace}-")]  # no STS call
+    assert not [s for s in sessions if s.startswith(f"spotpool_{namespace}_")]  # no STS call
 
     # With the chart's ValidatingAdmissionPolicy, `kubectl apply` refuses them.
     operator.kube.ok("apply", "-f", "-", stdin=yaml.safe_dump_all(_admission()))
@@ -335,11 +338,13 @@ def test_a_namespace_at_its_limit_is_held_there(world: CredentialWorld) -> None:
 
     table = operator.wait_until(shown, "the policy's status", 60)
     header, row = table.splitlines()[:2]
-    columns = ["NAME", "POOLS", "INSTANCES", "MAX-INSTANCES", "COST", "MAX-COST", "HELD", "AGE"]
+    columns = ["NAME", "POOLS", "INSTANCES", "RESERVED", "MAX-INSTANCES", "COST", "RESERVED-COST",
+               "MAX-COST", "HELD", "AGE"]  # fmt: skip
     assert header.split() == columns
     starts = [header.index(c) for c in columns] + [len(row) + 1]
     cells = {c: row[a:b].strip() for c, a, b in zip(columns, starts, starts[1:], strict=False)}
     assert cells["MAX-INSTANCES"] == "2" and int(cells["HELD"]) >= 1 and cells["MAX-COST"] == ""
+    assert int(cells["RESERVED"]) >= 2  # the first pool's two, reserved before their launch
 
 
 def test_no_key_token_or_temporary_credential_anywhere_in_the_world(

@@ -41,7 +41,11 @@ def test_an_up_and_a_storm_longer_than_a_keys_life_without_one_refused_call(
         "apiVersion": "devops.jokerbai.com/v1",
         "kind": "SpotpoolAccessPolicy",
         "metadata": {"name": name},
-        "spec": {"namespaces": {"names": [namespace]}, "roles": [ROLE_B]},
+        "spec": {
+            "namespaces": {"names": [namespace]},
+            "roles": [ROLE_B],
+            "launch": {"images": ["img-*"], "vpcs": ["DEFAULT"], "subnets": ["DEFAULT"]},
+        },
     }
     world.kube.ok("apply", "-f", "-", stdin=json.dumps(policy))  # the namespace may use ROLE_B
     try:

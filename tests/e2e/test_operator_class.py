@@ -1,5 +1,6 @@
-"""Two installs side by side in one namespace (spec.operatorClass): each converges only the
-pools of its class, and neither touches the other's pools, finalizers, status or instances.
+"""Two installs side by side in one namespace (spec.operatorClass), which a SpotpoolAccessPolicy
+lets both serve (operatorClasses): each converges only the pools of its class, and neither
+touches the other's pools, finalizers, status or instances.
 
 Two `spotpool operator run` processes (classes blue and green, install ids and Leases of
 their own) on the real kube-apiserver, one emulator as the cloud, one shared file backend (a
@@ -73,13 +74,21 @@ def installs(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[I
             worlds.append(world)
             world.start()
         blue, green = worlds
-        yield Installs(blue, green, emulator, blue.namespace())
+        namespace = blue.namespace()
+        # Only the install with no class may serve a namespace no policy grants another to.
+        policy = {"apiVersion": "devops.jokerbai.com/v1", "kind": "SpotpoolAccessPolicy",
+                  "metadata": {"name": f"e2e-{namespace}"},
+                  "spec": {"namespaces": {"names": [namespace]},
+                           "operatorClasses": ["blue", "green"]}}  # fmt: skip
+        kube.ok("apply", "-f", "-", stdin=json.dumps(policy))
+        yield Installs(blue, green, emulator, namespace)
     finally:
         for world in worlds:
             world.stop()
         for world in worlds:
             for namespace in world.namespaces:
                 kube.run("delete", "namespace", namespace, "--wait=false")
+                kube.run("delete", "spotpoolaccesspolicy", f"e2e-{namespace}", "--wait=false")
         emulator.stop()
 
 

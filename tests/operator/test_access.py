@@ -20,6 +20,8 @@ from tests.operator.fakes import FakeCluster, make_world, pool_body, ref, run
 
 pytestmark = pytest.mark.unit
 ROLE = "qcs::cam::uin/100000000002:roleName/team-a-launcher"
+# What a pool on a shared identity launches with here (pool_body): granted.
+LAUNCH = {"images": ["img-*"], "vpcs": ["DEFAULT"], "subnets": ["DEFAULT"]}
 
 
 def grant(name: str = "team-a", **spec: Any) -> NamedPolicy:
@@ -33,7 +35,9 @@ class Assumed:
     def __init__(self) -> None:
         self.roles: list[AssumeRole] = []
 
-    def role(self, base: Credentials, role: AssumeRole, endpoint: str | None) -> Credentials:
+    def role(
+        self, base: Credentials, role: AssumeRole, endpoint: str | None, check: object = None
+    ) -> Credentials:
         self.roles.append(role)
         return Credentials(secret_id=SecretStr("AKIDtmp"), secret_key=SecretStr("tmp"))
 
@@ -68,6 +72,14 @@ def _cluster(*policies: NamedPolicy) -> FakeCluster:
             "OperatorIdentityNotAllowed",
         ),
         ({"region": "ap-tokyo"}, [grant(regions=["ap-singapore"])], "RegionNotAllowed"),
+        ({"operatorClass": "gpu"}, [], "OperatorClassNotAllowed"),
+        ({"operatorClass": "gpu"}, [grant(operatorClasses=[""])], "OperatorClassNotAllowed"),
+        ({"assumeRole": {"roleArn": ROLE}}, [grant(roles=[ROLE])], "ImageNotAllowed"),
+        (
+            {"assumeRole": {"roleArn": ROLE}, "camRoleName": "team-b-instance"},
+            [grant(roles=[ROLE], launch={**LAUNCH, "instanceRoles": ["team-a-*"]})],
+            "InstanceRoleNotAllowed",
+        ),
     ],
 )
 def test_what_no_policy_grants_is_refused_before_any_call(
@@ -81,10 +93,10 @@ def test_what_no_policy_grants_is_refused_before_any_call(
 
 
 def test_the_role_is_assumed_with_the_policys_external_id_and_the_operators_session() -> None:
-    cluster = _cluster(grant(roles=[ROLE], externalId="from-the-admin"))
+    cluster = _cluster(grant(roles=[ROLE], externalId="from-the-admin", launch=LAUNCH))
     _resolve(cluster, assumeRole={"roleArn": ROLE, "externalId": "forged", "sessionName": "team-b"})
     role = ASSUMED.roles[-1]
-    assert (role.external_id, role.session_name) == ("from-the-admin", "spotpool-team-a-gpu")
+    assert (role.external_id, role.session_name) == ("from-the-admin", "spotpool_team-a_gpu")
 
 
 def test_a_secret_that_did_not_opt_in_reads_as_one_that_does_not_exist() -> None:

@@ -4,22 +4,28 @@ the operator's own identity, or the operator's own identity alone (its service-a
 exchanged by AssumeRoleWithWebIdentity). Temporary credentials come from the process's one
 cache (engine/tencent/identities.py), shared by every pool of the same identity.
 
-What a pool may use is the cluster admin's (SpotpoolAccessPolicy, spotpool.api.access): the
-operator's identity and roles only where every policy selecting the namespace grants them, the
-external id the policies', the session name the operator's (spotpool-<namespace>-<pool>), and
-a Secret only when it opts in (or the policies list it). A refusal never says whether a
-Secret that is not usable exists."""
+What a pool may use is the cluster admin's (SpotpoolAccessPolicy, spotpool.api.access and
+spotpool.api.grants): the install serving it, the operator's identity and roles, and on such a
+shared identity what it launches with, only where a policy selecting the namespace grants them
+and none refuses them; the external id the policies', the session name the operator's
+(spotpool_<namespace>_<pool>, on a role and on the operator's identity alike), and a Secret
+only when it opts in (or the policies list it). A refusal never says whether a Secret that is
+not usable exists. Every temporary identity carries its grant's check: it is asked again at
+each renewal and by the operator's periodic re-check (convergence/revocations.py), and an
+identity refused is dropped at once."""
 
 from collections.abc import Callable
+from functools import partial
 
 from pydantic import SecretStr
 
-from spotpool.api.access import CONSENT_KEY, Access, Refusal, session_name
-from spotpool.api.identity import AssumeRole
+from spotpool.api.access import CONSENT_KEY, Access, Refusal
+from spotpool.api.grants import DEFAULT_CLASS
+from spotpool.api.identity import AssumeRole, session_name, sweep_session_name
 from spotpool.api.spec import SpotpoolSpec
 from spotpool.engine.leftovers.accounts import AccountRecord
 from spotpool.engine.tencent.credentials import Credentials
-from spotpool.engine.tencent.identities import CREDENTIALS, CredentialCache, WebIdentity
+from spotpool.engine.tencent.identities import CREDENTIALS, CredentialCache, Revoked, WebIdentity
 from spotpool.engine.tencent.sts import StsError
 from spotpool_operator.basics.failures import PoolProblem
 from spotpool_operator.reporting.kube import Cluster, SecretNotFound, SecretRead
@@ -59,9 +65,12 @@ def access_of(cluster: Cluster, namespace: str) -> Access:
     return Access.of(namespace, labels, policies)
 
 
-def refusal(access: Access, spec: SpotpoolSpec) -> Refusal | None:
-    """Why the policies refuse this pool's identity, role or region (None: allowed)."""
-    found = access.region(spec.region)
+def refusal(access: Access, spec: SpotpoolSpec, launching: bool = True) -> Refusal | None:
+    """Why the policies refuse this pool: its install, region, identity or role, or on a
+    shared identity what it launches with (`launching`; None: allowed)."""
+    found = access.operator_class(spec.operator_class or DEFAULT_CLASS) or access.region(
+        spec.region
+    )
     if found is None and spec.use_operator_identity:
         found = access.operator_identity()
     if found is None and spec.assume_role is not None:
@@ -69,7 +78,15 @@ def refusal(access: Access, spec: SpotpoolSpec) -> Refusal | None:
         external = access.external_id()
         if found is None and isinstance(external, Refusal):
             found = external
-    return found
+    return found or (access.launch(spec) if launching else None)
+
+
+def grant_refusal(
+    cluster: Cluster, namespace: str, spec: SpotpoolSpec, launching: bool = True
+) -> Refusal | None:
+    """`refusal` under the policies as they are now: the check every temporary identity of the
+    pool carries (identities.py)."""
+    return refusal(access_of(cluster, namespace), spec, launching)
 
 
 def resolve(
@@ -79,20 +96,27 @@ def resolve(
     spec: SpotpoolSpec,
     endpoint: str | None = None,
     cache: CredentialCache = CREDENTIALS,
+    session: str | None = None,
+    launching: bool = True,
 ) -> Credentials:
     """The credentials to run pool `namespace/name`'s operations with, or a PoolProblem saying
     what is wrong. A credentialsSecretRef wins over inline keys when both are set. Deleting
-    asks too: a refused pool is deleted with the keys it last ran with here, or, with none,
-    only when it holds no instance (deletion.py)."""
+    asks too: a refused pool is deleted with the keys it last ran with here (unless its grant
+    was revoked: they are gone), or, with none, only when it holds no instance (deletion.py).
+    `session`: the STS session name, the pool's own unless given; `launching`: False for a
+    use that launches nothing (the sweep), which the launch grants do not concern."""
     access = access_of(cluster, namespace)
-    refused = refusal(access, spec)
+    refused = refusal(access, spec, launching)
     if refused is not None:
         raise PoolProblem(refused.reason, refused.message)
+    session = session or session_name(namespace, name)
+    check = partial(grant_refusal, cluster, namespace, spec, launching)
     if spec.use_operator_identity:
         web = WebIdentity.from_env()
         if web is None:
             raise PoolProblem("OperatorIdentityMissing", NO_OPERATOR_IDENTITY, permanent=True)
-        base = _from_sts(lambda: cache.web_identity(web, endpoint), web.role.role_arn)
+        own = web.session(session)
+        base = _from_sts(lambda: cache.web_identity(own, endpoint, check), web.role.role_arn)
     else:
         base = _keys(cluster, namespace, spec, access, cache)
     if spec.assume_role is None:
@@ -100,11 +124,11 @@ def resolve(
     external = access.external_id()
     role = AssumeRole(
         role_arn=spec.assume_role.role_arn,
-        session_name=session_name(namespace, name),
+        session_name=session,
         duration_seconds=spec.assume_role.duration_seconds,
         external_id=external if isinstance(external, str) else None,
     )
-    return _from_sts(lambda: cache.role(base, role, endpoint), role.role_arn)
+    return _from_sts(lambda: cache.role(base, role, endpoint, check), role.role_arn)
 
 
 # Refusals whose code is shared by several causes, told apart by what STS says.
@@ -118,6 +142,8 @@ _EXTERNAL_ID = (
 def sts_problem(error: StsError, role_arn: str) -> PoolProblem:
     """The condition for an STS refusal: the cause first (a reason naming it, STS's own words),
     then what to fix."""
+    if isinstance(error, Revoked):  # not STS's word: the access policies' (identities.py)
+        return PoolProblem(error.code, error.message)
     if "externalid" in error.message.replace(" ", "").lower():
         reason, fix = _EXTERNAL_ID
     else:
@@ -219,15 +245,21 @@ def login_password(cluster: Cluster, namespace: str, spec: SpotpoolSpec) -> str 
     return _text(data[ref.key])
 
 
-# A spec whose only part that matters is where its credentials come from (credentials_of).
-_SPEC_SHELL = {"region": "-", "instanceType": "-", "minimum": 0, "maximum": 1, "imageId": "-"}
+# A valid spec whose only parts that matter are where its credentials come from and which
+# install serves it (credentials_of): it launches nothing.
+_SPEC_SHELL = {"instanceType": "S5.MEDIUM2", "minimum": 0, "maximum": 1, "imageId": "img-0"}
 
 
 def credentials_of(
-    cluster: Cluster, record: AccountRecord, endpoint: str | None = None
+    cluster: Cluster, record: AccountRecord, endpoint: str | None = None, operator_class: str = ""
 ) -> Credentials:
     """The credentials a recorded account (engine/leftovers/accounts.py) names, resolved as its
-    pool's were: its Secret read again (if it still opts in), its role assumed again (if a
-    policy still allows it), under a session of the sweep's own name."""
-    spec = SpotpoolSpec.model_validate({**_SPEC_SHELL, "region": record.region, **record.source})
-    return resolve(cluster, record.namespace, "stray-sweep", spec, endpoint)
+    pool's were, for this install (`operator_class`): its Secret read again (if it still opts
+    in), its role assumed again (if a policy still allows it), under the sweep's own session
+    (spotpool_<namespace>_=sweep)."""
+    shell = {**_SPEC_SHELL, "region": record.region, "availabilityZone": f"{record.region}-1"}
+    if operator_class:
+        shell["operatorClass"] = operator_class
+    spec = SpotpoolSpec.model_validate({**shell, **record.source})
+    session = sweep_session_name(record.namespace)
+    return resolve(cluster, record.namespace, "", spec, endpoint, session=session, launching=False)

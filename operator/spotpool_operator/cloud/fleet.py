@@ -24,7 +24,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
@@ -125,6 +125,13 @@ class FleetProbe:
             group.watches.pop(uid, None)
             if not group.watches:
                 del self._groups[key]  # type: ignore[arg-type]
+
+    def forget_identities(self, identities: Collection[str]) -> list[str]:
+        """Watch no pool of these identities any more (their grant was withdrawn): the uids."""
+        uids = [uid for uid, key in self._group_of.items() if key[0] in identities]
+        for uid in uids:
+            self.unwatch(uid)
+        return uids
 
     def vouches_for(self, uid: str, within: float) -> bool:
         """True when the probe looked at the pool's instances in the last `within` seconds and

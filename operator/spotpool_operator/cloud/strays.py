@@ -24,7 +24,7 @@ tag says: a tenant writes the tags of its own account's instances.
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -133,6 +133,12 @@ class StraySweep:
             except Exception as error:  # the next remember tries again
                 self._saved.pop(record.key, None)
                 log.info("account record not written: %s", _code(error))
+
+    def forget(self, identities: Collection[str]) -> None:
+        """Sweep with these identities no more (their grant was withdrawn); a pool granted them
+        again remembers them."""
+        for key in [k for k in self.accounts if k[0] in identities]:
+            del self.accounts[key]
 
     async def run(self) -> None:
         """Sweep every `interval` until cancelled; a failed pass is logged and retried."""

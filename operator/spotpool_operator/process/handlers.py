@@ -190,6 +190,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
             memo["probe"] = asyncio.create_task(reconciler.probe.run(), name="fleet-probe")
         if reconciler.strays is not None:
             memo["strays"] = asyncio.create_task(reconciler.strays.run(), name="stray-sweep")
+        memo["grants"] = asyncio.create_task(reconciler.keep_checking_grants(), name="grants")
         if isinstance(reconciler.cluster, KubeCluster):  # the access policies' use
             served = None if settings.all_namespaces else list(settings.namespaces)
             first = (lambda: shards.holds(0)) if shards is not None else (lambda: True)
@@ -220,7 +221,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
         server = memo.get("notices")
         if isinstance(server, NoticeServer):
             await server.stop()
-        for name in ("learner", "policies", "strays", "probe", "shards"):
+        for name in ("learner", "policies", "grants", "strays", "probe", "shards"):
             task = memo.get(name)
             if isinstance(task, asyncio.Task):
                 task.cancel()

@@ -188,7 +188,7 @@ def _stray_sweep(
         cloud.terminate(cloud.cvm(credentials, region, endpoint), ids, check)
 
     def resolve(record: AccountRecord) -> Credentials:
-        return credentials_of(cluster, record, endpoint)
+        return credentials_of(cluster, record, endpoint, settings.operator_class)
 
     return StraySweep(
         fleet,

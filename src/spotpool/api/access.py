@@ -7,14 +7,16 @@ they may run as the operator's own identity; which roles (ARN patterns) and acco
 assume, and the external id to send; which regions; which Secrets they may use without the
 Secret opting in; and limits per namespace (instances, GPUs, hourly cost).
 
-Policies combine like ResourceQuotas: **every** policy that selects a namespace applies there,
-and a pool must pass each of them (so an admission policy, which sees one policy at a time,
-enforces exactly what the operator does). A namespace no policy selects gets the defaults:
-Secrets of its own namespace that opt in, no operator identity, no role.
+Policies combine like ResourceQuotas: **every** policy that selects a namespace applies there.
+Grants are tri-state (spotpool.api.grants): a field a policy leaves unset is no opinion, so a
+pool needs one policy granting a thing and none refusing it, and a policy that only sets limits
+grants and refuses nothing (an admission policy, which sees one policy at a time, refuses what a
+policy's say refuses; the operator also refuses what no policy grants). A namespace no policy
+selects gets the defaults: Secrets of its own namespace that opt in, no operator identity, no
+role, the install with no class.
 """
 
 import fnmatch
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated
@@ -22,7 +24,17 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from spotpool.api.grants import (
+    CLASS_ENTRY,
+    MAX_ENTRIES,
+    LaunchGrants,
+    class_refusal,
+    fold,
+    launch_refusal,
+    pattern_matches,
+)
 from spotpool.api.identity import role_account
+from spotpool.api.spec import SpotpoolSpec
 
 ACCESS_KIND = "SpotpoolAccessPolicy"
 ACCESS_PLURAL = "spotpoolaccesspolicies"
@@ -31,8 +43,6 @@ CONSENT_KEY = "spotpool.devops.jokerbai.com/usable"
 # qcs::cam::uin/<account or *>:roleName/<name, * matching any characters>
 ROLE_PATTERN = r"^qcs::cam::uin/([0-9]{5,20}|\*):roleName/[A-Za-z0-9+=,.@_*-]{1,128}$"
 ACCOUNT = r"^[0-9]{5,20}$"
-SESSION_PREFIX = "spotpool"
-MAX_SESSION = 128
 
 
 class _Model(BaseModel):
@@ -100,21 +110,37 @@ class Limits(_Model):
 
 class AccessPolicySpec(_Model):
     namespaces: Namespaces = Field(description="The namespaces this policy applies to.")
-    operator_identity: bool = Field(
-        False,
-        description="Pools there may run as the operator's own cloud identity "
-        "(useOperatorIdentity) and assume roles with it.",
+    operator_identity: bool | None = Field(
+        None,
+        description="true: pools there may run as the operator's own cloud identity "
+        "(useOperatorIdentity) and assume roles with it; false: they may not, whatever other "
+        "policies grant; unset: no opinion (with no policy granting it, refused).",
     )
-    roles: list[Annotated[str, Field(max_length=200, pattern=ROLE_PATTERN)]] = Field(
-        default_factory=list,
+    operator_classes: list[CLASS_ENTRY] | None = Field(
+        None,
+        max_length=MAX_ENTRIES,
+        description='The installs (spec.operatorClass; "" for the install with no class) that '
+        "may serve pools there. Unset: no opinion; where no policy says, only the install with "
+        "no class.",
+    )
+    roles: list[Annotated[str, Field(max_length=200, pattern=ROLE_PATTERN)]] | None = Field(
+        None,
         max_length=100,
         description="Roles pools there may assume (spec.assumeRole.roleArn), as ARN patterns: "
-        "qcs::cam::uin/<account>:roleName/<name>, where * matches any characters.",
+        "qcs::cam::uin/<account>:roleName/<name>, where * matches any characters. With "
+        "accounts, the policy's say on roles: a role neither lists is refused; both unset: no "
+        "opinion.",
     )
-    accounts: list[Annotated[str, Field(max_length=20, pattern=ACCOUNT)]] = Field(
-        default_factory=list,
+    accounts: list[Annotated[str, Field(max_length=20, pattern=ACCOUNT)]] | None = Field(
+        None,
         max_length=100,
         description="Accounts (uins) any of whose roles pools there may assume.",
+    )
+    launch: LaunchGrants | None = Field(
+        None,
+        description="What pools there on a shared identity (useOperatorIdentity, or "
+        "assumeRole) may launch with: instance roles, images, VPCs, subnets, security groups, "
+        "login keys. A value no policy lists is refused; unset: no opinion.",
     )
     external_id: str | None = Field(
         None,
@@ -126,12 +152,12 @@ class AccessPolicySpec(_Model):
     regions: list[Annotated[str, Field(max_length=32)]] | None = Field(
         None, max_length=64, description="Regions pools there may use; unset: every region."
     )
-    secrets: list[Annotated[str, Field(max_length=253)]] = Field(
-        default_factory=list,
+    secrets: list[Annotated[str, Field(max_length=253)]] | None = Field(
+        None,
         max_length=100,
         description="Secrets (names, * matching any characters) pools there may use although "
         f"they do not opt in (a Secret opts in with the label or annotation {CONSENT_KEY}: "
-        '"true").',
+        '"true"). Unset: no opinion.',
     )
     limits: Limits | None = Field(None, description="Bounds per namespace.")
 
@@ -190,13 +216,7 @@ def matches(selector: LabelSelector, labels: Mapping[str, str]) -> bool:
 
 def role_matches(pattern: str, role_arn: str) -> bool:
     """An ARN pattern: * matches any characters (the rest literally, case-sensitively)."""
-    return re.fullmatch(".*".join(re.escape(p) for p in pattern.split("*")), role_arn) is not None
-
-
-def session_name(namespace: str, pool: str) -> str:
-    """The STS session name the operator sets for a pool: spotpool-<namespace>-<pool>, so a
-    role's trust policy and CloudAudit can tell the teams apart (no spec field chooses it)."""
-    return f"{SESSION_PREFIX}-{namespace}-{pool}"[:MAX_SESSION]
+    return pattern_matches(pattern, role_arn)
 
 
 def consents(labels: Mapping[str, str], annotations: Mapping[str, str]) -> bool:
@@ -234,32 +254,56 @@ class Access:
     def operator_identity(self) -> Refusal | None:
         if not self.policies:
             return Refusal("OperatorIdentityNotAllowed", self._none("the operator's identity"))
-        for policy in self.policies:
-            if not policy.spec.operator_identity:
-                return Refusal(
-                    "OperatorIdentityNotAllowed",
-                    f"SpotpoolAccessPolicy {policy.name} does not let namespace "
-                    f"{self.namespace} use the operator's identity: set its operatorIdentity: "
-                    "true, or give the pool a credentialsSecretRef",
-                )
+        verdict = fold((p.name, p.spec.operator_identity) for p in self.policies)
+        if verdict.refused_by is not None:
+            return Refusal(
+                "OperatorIdentityNotAllowed",
+                f"SpotpoolAccessPolicy {verdict.refused_by} does not let namespace "
+                f"{self.namespace} use the operator's identity (its operatorIdentity: false): "
+                "give the pool a credentialsSecretRef, or ask the cluster admin",
+            )
+        if not verdict.granted:
+            return Refusal(
+                "OperatorIdentityNotAllowed",
+                f"no SpotpoolAccessPolicy selecting namespace {self.namespace} grants the "
+                "operator's identity: ask the cluster admin for one with operatorIdentity: "
+                "true, or give the pool a credentialsSecretRef",
+            )
         return None
 
     def role(self, role_arn: str) -> Refusal | None:
         if not self.policies:
             return Refusal("RoleNotAllowed", self._none(f"role {role_arn}"))
         account = role_account(role_arn)
-        for policy in self.policies:
-            granted = account in policy.spec.accounts or any(
-                role_matches(p, role_arn) for p in policy.spec.roles
+        verdict = fold((p.name, _role_say(p.spec, account, role_arn)) for p in self.policies)
+        if verdict.refused_by is not None:
+            return Refusal(
+                "RoleNotAllowed",
+                f"SpotpoolAccessPolicy {verdict.refused_by} does not let namespace "
+                f"{self.namespace} assume role {role_arn}: add it to the policy's roles "
+                f"(or account {account} to its accounts), or use a role it lists",
             )
-            if not granted:
-                return Refusal(
-                    "RoleNotAllowed",
-                    f"SpotpoolAccessPolicy {policy.name} does not let namespace "
-                    f"{self.namespace} assume role {role_arn}: add it to the policy's roles "
-                    f"(or account {account} to its accounts), or use a role it lists",
-                )
+        if not verdict.granted:
+            return Refusal(
+                "RoleNotAllowed",
+                f"no SpotpoolAccessPolicy selecting namespace {self.namespace} grants role "
+                f"{role_arn}: ask the cluster admin to list it in a policy's roles (or account "
+                f"{account} in its accounts)",
+            )
         return None
+
+    def operator_class(self, name: str) -> Refusal | None:
+        """May the install of class `name` ("": the install with no class) serve the pools?"""
+        opinions = [(p.name, p.spec.operator_classes) for p in self.policies]
+        found = class_refusal(self.namespace, opinions, name)
+        return Refusal(*found) if found else None
+
+    def launch(self, spec: SpotpoolSpec) -> Refusal | None:
+        """May the pool launch with what its spec names (on a shared identity: the grants)?"""
+        found = launch_refusal(
+            self.namespace, [(p.name, p.spec.launch) for p in self.policies], spec
+        )
+        return Refusal(*found) if found else None
 
     def external_id(self) -> str | Refusal | None:
         """The external id to send with AssumeRole: the policies', never the spec's."""
@@ -285,11 +329,12 @@ class Access:
         return None
 
     def secret_allowed(self, name: str) -> bool:
-        """A Secret that does not opt in is usable only when every policy here lists it."""
-        return bool(self.policies) and all(
-            any(fnmatch.fnmatchcase(name, p) for p in policy.spec.secrets)
-            for policy in self.policies
-        )
+        """A Secret that does not opt in is usable only when a policy here lists it and no
+        policy with a `secrets` list leaves it out."""
+        return fold(
+            (p.name, None if p.spec.secrets is None else _any_match(p.spec.secrets, name))
+            for p in self.policies
+        ).allowed
 
     def limits(self) -> list[tuple[str, Limits]]:
         return [(p.name, p.spec.limits) for p in self.policies if p.spec.limits is not None]
@@ -297,6 +342,19 @@ class Access:
 
 def _by_name(policy: NamedPolicy) -> str:
     return policy.name
+
+
+def _role_say(spec: AccessPolicySpec, account: str, role_arn: str) -> bool | None:
+    """A policy's say on a role: None when it sets neither roles nor accounts."""
+    if spec.roles is None and spec.accounts is None:
+        return None
+    return account in (spec.accounts or []) or any(
+        role_matches(p, role_arn) for p in spec.roles or []
+    )
+
+
+def _any_match(patterns: Sequence[str], name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
-"""How a pool reaches the cloud without long-lived keys: a CAM role to assume, and the name
-rules of role ARNs (pure data, shared by the spec, the engine and the docs)."""
+"""How a pool reaches the cloud without long-lived keys: a CAM role to assume, the name rules
+of role ARNs, and the STS session names the operator gives each pool (pure data, shared by the
+spec, the engine and the docs)."""
 
+import hashlib
 import re
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -12,6 +14,9 @@ SESSION_NAME = r"^[A-Za-z0-9+=,.@_-]{2,128}$"
 MIN_ROLE_SECONDS = 900  # STS hands out temporary keys for 15 min ...
 MAX_ROLE_SECONDS = 43200  # ... to 12 h
 DEFAULT_ROLE_SECONDS = 7200
+SESSION_PREFIX = "spotpool"
+MAX_SESSION = 64  # STS takes 2-128 of [\w+=,.@-]; AWS's STS 64: kept within both
+SESSION_DIGEST = 16  # hex characters of the digest ending a shortened session name
 
 
 class AssumeRole(BaseModel):
@@ -31,7 +36,7 @@ class AssumeRole(BaseModel):
         "spotpool",
         pattern=SESSION_NAME,
         description="Ignored (kept so that older manifests apply): the operator names every "
-        "session spotpool-<namespace>-<pool> itself, so trust policies and CloudAudit can tell "
+        "session spotpool_<namespace>_<pool> itself, so trust policies and CloudAudit can tell "
         "the teams apart.",
     )
     duration_seconds: int = Field(
@@ -56,3 +61,30 @@ def role_account(role_arn: str) -> str:
     if match is None:
         raise ValueError(f"not a CAM role ARN: {role_arn!r}")
     return match.group(1)
+
+
+def session_name(namespace: str, pool: str) -> str:
+    """The STS session name of a pool, on a role and on the operator's own identity alike (no
+    spec field chooses it): spotpool_<namespace>_<pool>. No Kubernetes name holds `_`, so the
+    name splits back one way only, and a trust policy's `spotpool_team-b_*` is met by team-b's
+    pools alone. Past MAX_SESSION characters the end gives way to `@` (in no name either) and a
+    digest of the whole: spotpool_<namespace>_<pool's start>@<digest>, or with a namespace too
+    long for that, spotpool_<namespace's start>@<digest>."""
+    return _session(namespace, pool)
+
+
+def sweep_session_name(namespace: str) -> str:
+    """The session of the sweep of a namespace's deleted pools' instances:
+    spotpool_<namespace>_=sweep (no pool's name holds `=`)."""
+    return _session(namespace, "=sweep")
+
+
+def _session(namespace: str, rest: str) -> str:
+    full = f"{SESSION_PREFIX}_{namespace}_{rest}"
+    if len(full) <= MAX_SESSION:
+        return full
+    whole = hashlib.sha256(f"{namespace}_{rest}".encode()).hexdigest()[:SESSION_DIGEST]
+    room = MAX_SESSION - 1 - SESSION_DIGEST
+    head = f"{SESSION_PREFIX}_{namespace}_"
+    kept = full if len(head) < room else f"{SESSION_PREFIX}_{namespace}"
+    return f"{kept[:room]}@{whole}"

@@ -53,8 +53,11 @@ class RequestLog:
         code: str,
         params: dict[str, Any] | None,
         lost: list[str] | None = None,
+        caller: str | None = None,
     ) -> None:
-        """Log `call`; `lost`: it took effect on these instances, but its answer was lost."""
+        """Log `call`; `lost`: it took effect on these instances, but its answer was lost;
+        `caller`: the ARN of who signed it (an assumed role's names its session), kept in the
+        request log only."""
         entry = {
             "Time": call.arrived,
             "Service": service,
@@ -66,6 +69,8 @@ class RequestLog:
         }
         if lost is not None:
             entry["AnswerLost"] = True
+        if caller is not None:
+            entry["Caller"] = caller
         self.calls.append(entry)
         log.info(
             "action=%s.%s region=%s code=%s ms=%.1f request_id=%s%s",

@@ -151,12 +151,14 @@ class Emulator:
         )
         service_name = _claimed_service(headers)  # logged even when the signature fails
         params: dict[str, Any] | None = None
+        who: str | None = None  # the signer's ARN (an assumed role's names its session)
         if self.misbehaviour.unavailable():  # a load balancer's 503: the API never sees it
             self.requests.add(call, service_name, HTTP_503, None)
             return web.Response(status=503, text=HTTP_503_BODY, content_type="text/html")
         try:
             body = await request.read()
             caller, principal = self._caller(request, headers, body, action)
+            who = principal.arn if principal is not None else None
             service_name = caller.service
             params = self._params(request, body)
             reply = await self._serve(
@@ -175,10 +177,10 @@ class Emulator:
             # It all happened; the answer never reaches the caller (aiohttp's write then finds
             # the connection closed and gives up quietly).
             lost = self.misbehaviour.lost(action, params, reply)
-            self.requests.add(call, service_name, code, params, lost=lost)
+            self.requests.add(call, service_name, code, params, lost=lost, caller=who)
             drop_connection(request.transport)
         else:
-            self.requests.add(call, service_name, code, params)
+            self.requests.add(call, service_name, code, params, caller=who)
         return _api_reply(reply)
 
     def _caller(
@@ -376,8 +378,8 @@ class Emulator:
 
     async def request_log(self, request: web.Request) -> web.Response:
         """The API calls received (arrival time, service, action, region, code, SDK client,
-        parameters with any password fingerprinted), oldest first; `?action=A` keeps one
-        action's."""
+        signer, parameters with any password fingerprinted), oldest first; `?action=A` keeps
+        one action's."""
         action = request.query.get("action")
         calls = [c for c in self.requests.calls if action is None or c["Action"] == action]
         return web.json_response({"Requests": calls})

@@ -150,6 +150,11 @@ class CredentialCache:
             self._issued_to = {k: v for k, v in self._issued_to.items() if v[0] != identity}
         log.warning("credentials revoked: %s (%s)", why.reason, why.message)
 
+    def revoked(self) -> dict[str, Refusal]:
+        """The identities revoked and not granted again since (identity -> why)."""
+        with self._guard:
+            return dict(self._revoked)
+
     def recheck(self) -> dict[str, Refusal]:
         """Ask every identity's grant again; revoke those refused (identity -> why)."""
         with self._guard:
