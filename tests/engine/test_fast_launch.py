@@ -20,6 +20,7 @@ from spotpool.engine.fencing.ownership import Writer
 from spotpool.engine.launches import fast_launch, launch_intents
 from spotpool.engine.stacks.stack import PoolStack, forget_stack
 from spotpool.engine.state.backend_files import open_backend
+from spotpool.engine.tencent import write_safety
 from spotpool.localworld.emulator import wait_until
 from tests.engine._support.fast_launch import (
     PASSWORD,
@@ -51,9 +52,10 @@ def _slot_of(params: dict[str, Any]) -> int:
 
 def _normalized(params: dict[str, Any]) -> dict[str, Any]:
     """The request with order made irrelevant (tags sorted) and what differs by design left
-    out: `ClientToken` (the provider sends none), and the generation of the instance — the
-    `spotpool-notice-nonce` tag's value and, in the user data, the agent's
-    `SPOTPOOL_NOTICE_NONCE` and `SPOTPOOL_NOTICE_TOKEN` lines (a fresh nonce per create)."""
+    out: `ClientToken` (each its own: the fast path's, the proxy's for the provider), and the
+    generation of the instance — the `spotpool-notice-nonce` tag's value and, in the user
+    data, the agent's `SPOTPOOL_NOTICE_NONCE` and `SPOTPOOL_NOTICE_TOKEN` lines (a fresh nonce
+    per create)."""
     body = {k: v for k, v in params.items() if k != "ClientToken"}
     tags = _tags(params)
     tags.pop(NONCE_TAG, None)
@@ -89,7 +91,9 @@ def test_fast_path_sends_the_providers_request_and_up_adopts_it_with_no_change(
     # (a) the very request the provider sends for slot 1, but for the generation
     assert NONCE_TAG in _tags(ours) and NONCE_TAG in _tags(by_provider[1])
     assert _normalized(ours) == _normalized(by_provider[1])
-    assert ours["ClientToken"] and "ClientToken" not in by_provider[1]
+    # The provider sends none: the API proxy gave its create one of the run's own.
+    assert by_provider[1]["ClientToken"].startswith(write_safety.TOKEN_PREFIX)
+    assert ours["ClientToken"] and not ours["ClientToken"].startswith(write_safety.TOKEN_PREFIX)
     nonce = _tags(ours)[NONCE_TAG]
     assert nonce != _tags(by_provider[1])[NONCE_TAG]
     agent = _user_data_settings(ours)
@@ -114,7 +118,8 @@ def test_fast_path_sends_the_providers_request_and_up_adopts_it_with_no_change(
     assert {i.slot: i.instance_id for i in adopted.instances} == {0: first[0], 1: fast_id}
     assert adopted.changes.create == 0 and adopted.changes.delete == 0
     assert len(_run_requests(world)) == served
-    assert any(fast_id in note and "adopted" in note for note in adopted.recovered)
+    # adopted as planned: the caller says it once (Replaced); no recovery note
+    assert not any(fast_id in note for note in adopted.recovered), adopted.recovered
     assert next(i for i in adopted.instances if i.slot == 1).nonce == nonce
     assert sorted(pool_instances(world, stack)) == sorted([first[0], fast_id])
     assert launch_intents.read_intent(stack).slots == {}  # settled
@@ -145,7 +150,11 @@ def test_a_retry_or_a_restart_with_the_same_intent_launches_nothing_new(
     assert once.instances == twice.instances == thrice.instances
     (fast_id,) = once.instances.values()
     # (c) three calls, one ClientToken, one instance
-    fast_calls = [p for p in _run_requests(world) if "ClientToken" in p]
+    fast_calls = [
+        p
+        for p in _run_requests(world)
+        if not p["ClientToken"].startswith(write_safety.TOKEN_PREFIX)  # the provider's: proxy's
+    ]
     assert len(fast_calls) == 3 and len({p["ClientToken"] for p in fast_calls}) == 1
     assert sorted(pool_instances(world, stack)) == sorted([fast_id, first[1]])
 

@@ -29,7 +29,7 @@ from spotpool.api.stackconfig import TAG_POOL_UID, TAG_SLOT
 # The creates a pool's stack makes (the provider's other creates, disks or EIPs, are not used
 # by the program; they would get the same treatment here).
 CREATE_ACTIONS = frozenset({"RunInstances"})
-TOKEN_PREFIX = "spotpool-"
+TOKEN_PREFIX = "spotpool-run-"  # the fast path's own are spotpool-<48 hex>
 # A refusal the provider does not retry (not in its retryable codes): the run fails at once.
 TOO_MANY_CODE = "LimitExceeded.SpotpoolOutstandingCreates"
 
@@ -119,7 +119,7 @@ def with_client_token(body: bytes, run_key: str) -> tuple[bytes, str | None]:
         return body, given
     canonical = json.dumps(params, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(f"{run_key}\0{canonical}".encode()).hexdigest()
-    token = TOKEN_PREFIX + digest[:40]  # 49 ASCII characters: the API takes 64
+    token = TOKEN_PREFIX + digest[:40]  # 53 ASCII characters: the API takes 64
     params["ClientToken"] = token
     return json.dumps(params, separators=(",", ":")).encode(), token
 
