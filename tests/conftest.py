@@ -74,6 +74,7 @@ HEAVY = (
     "e2e/test_delete_mid_storm",  # 105
     "e2e/test_fencing_operators",  # 96
     "e2e/test_demo",  # 89
+    "e2e/test_limits_replicas",  # 65: three replicas, 20 pools
     "e2e/test_frozen_replica",  # 59
     "e2e/test_fencing",  # 45 (one test heavy)
 )
@@ -82,6 +83,7 @@ LONGEST_FIRST = (
     "e2e/test_docs_recipes",  # 196 alone on a loaded machine: one world, one operator
     "e2e/test_credentials_lifetime",  # 167, waiting for 70 s boots most of it
     "e2e/test_operator",  # 125
+    "e2e/test_limits_held",  # 110
     "e2e/test_deploy",  # 98
     "e2e/test_notice_bounds",  # 89
     "e2e/test_notices",  # 70

@@ -1,6 +1,6 @@
 """SpotpoolAccessPolicy's rules (spotpool.api.access), pure: which namespaces a policy selects,
-every selecting policy applying (none: the defaults), ARN patterns, the external id, a pool held
-at a namespace's limits without losing an instance, and the use a policy's status shows."""
+every selecting policy applying (none: the defaults), ARN patterns, the external id, and the use
+a policy's status shows (a pool held at the limits: tests/test_access_ledger.py)."""
 
 from typing import Any
 
@@ -12,7 +12,6 @@ from spotpool.api.access import (
     NamedPolicy,
     Use,
     consents,
-    held_count,
     policy_status,
     role_matches,
 )
@@ -112,23 +111,6 @@ def test_consent() -> None:
     key = "spotpool.devops.jokerbai.com/usable"
     assert consents({key: "true"}, {}) and consents({}, {key: "true"})
     assert not consents({key: "yes"}, {}) and not consents({}, {})
-
-
-def test_a_pool_is_held_at_the_limit_and_keeps_what_it_runs() -> None:
-    limited = access("t", policy("t", limits={"instances": 3, "gpus": 8, "hourlyCost": 10}))
-    # other pools take 2 of 3 instances: this one may have 1
-    held = held_count(limited, 4, Use(), Use(instances=2), None, None)
-    assert held.count == 1 and "held at 1 of 4" in held.message
-    assert "SpotpoolAccessPolicy t limits namespace t to 3 instances" in held.message
-    # the limit lowered below what it runs: it keeps its instances, and gets no more
-    assert held_count(limited, 4, Use(instances=3), Use(instances=2), None, None).count == 3
-    # GPUs: 4 a piece, 8 in all, none taken: 2; cost: 3 an hour each, 10 in all: 3
-    assert held_count(limited, 3, Use(), Use(), 4, None).count == 2
-    assert held_count(limited, 3, Use(), Use(hourly_cost=4), None, 3.0).count == 2
-    assert held_count(limited, 2, Use(), Use(), 1, 1.0) == held_count(
-        limited, 2, Use(), Use(), 1, 1.0
-    )
-    assert held_count(access("t"), 7, Use(), Use(instances=100), None, None).count == 7
 
 
 def test_a_policys_status_counts_its_namespaces_only() -> None:

@@ -12,12 +12,14 @@ from spotpool_operator.basics.pools import PoolRef
 from spotpool_operator.basics.settings import OperatorSettings
 from spotpool_operator.process.reconciler import Reconciler
 from spotpool_operator.reporting.kube import PoolUse, SecretNotFound, SecretRead
+from spotpool_operator.reporting.ledgers import Ledger
 from spotpool_operator.reporting.metrics import Metrics
 from spotpool_operator.reporting.status_write import Fence
 from tencentcloud.common.exception.tencent_cloud_sdk_exception import TencentCloudSDKException
 
 from spotpool.api.access import NamedPolicy
 from spotpool.api.drift import InstanceDrift
+from spotpool.api.reservations import Reservation
 from spotpool.api.stackconfig import PoolIdentity, StackConfig
 from spotpool.engine.basics.results import OperationKind, OperationResult, SlotOutput
 from spotpool.engine.basics.settings import EngineSettings
@@ -217,6 +219,10 @@ class FakeCluster:
     policies: list[NamedPolicy] = field(default_factory=list)
     labels: dict[str, dict[str, str]] = field(default_factory=dict)  # namespace -> labels
     pools: dict[str, list[PoolUse]] = field(default_factory=dict)  # namespace -> pools
+    ledgers: dict[str, dict[str, Reservation]] = field(default_factory=dict)  # policy -> uid ->
+    versions: dict[str, int] = field(default_factory=dict)  # policy -> resourceVersion
+    conflicts: int = 0
+    ledger_lock: threading.Lock = field(default_factory=threading.Lock)  # one write at a time
 
     def read_secret(self, namespace: str, name: str) -> SecretRead:
         try:
@@ -226,6 +232,9 @@ class FakeCluster:
         return SecretRead(data, consents=(namespace, name) not in self.unconsenting)
 
     def access_policies(self) -> list[NamedPolicy]:
+        return list(self.policies)
+
+    def fresh_access_policies(self) -> list[NamedPolicy]:
         return list(self.policies)
 
     def namespace_labels(self, namespace: str) -> dict[str, str]:
@@ -242,6 +251,32 @@ class FakeCluster:
 
     def last(self, key: str) -> dict[str, Any]:
         return self.statuses[key][-1]
+
+    # The policies' ledgers (status.reservations), with the API server's resourceVersion check:
+    # `conflicts` more writes are refused as if another replica wrote first.
+    def read_ledger(self, policy: str) -> Ledger | None:
+        found = next((p for p in self.policies if p.name == policy), None)
+        if found is None:
+            return None
+        entries = dict(self.ledgers.get(policy, {}))
+        version = str(self.versions.get(policy, 0))
+        return Ledger(policy, version, found.spec.limits, entries, found.problem)
+
+    def write_ledger(self, ledger: Ledger, changes: dict[str, Reservation | None]) -> bool:
+        policy = ledger.policy
+        with self.ledger_lock:
+            version = self.versions.get(policy, 0)
+            self.versions[policy] = version + 1
+            if self.conflicts > 0 or ledger.version != str(version):
+                self.conflicts = max(0, self.conflicts - 1)
+                return False
+            entries = self.ledgers.setdefault(policy, {})
+            for uid, entry in changes.items():
+                if entry is None:
+                    entries.pop(uid, None)
+                else:
+                    entries[uid] = entry
+            return True
 
 
 @dataclass

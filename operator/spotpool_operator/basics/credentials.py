@@ -68,8 +68,10 @@ def access_of(cluster: Cluster, namespace: str) -> Access:
 def refusal(access: Access, spec: SpotpoolSpec, launching: bool = True) -> Refusal | None:
     """Why the policies refuse this pool: its install, region, identity or role, or on a
     shared identity what it launches with (`launching`; None: allowed)."""
-    found = access.operator_class(spec.operator_class or DEFAULT_CLASS) or access.region(
-        spec.region
+    found = (
+        access.not_understood()
+        or access.operator_class(spec.operator_class or DEFAULT_CLASS)
+        or access.region(spec.region)
     )
     if found is None and spec.use_operator_identity:
         found = access.operator_identity()

@@ -110,6 +110,7 @@ class PoolState:
     written_checkpoints: set[str] = field(default_factory=set)
     # Why a SpotpoolAccessPolicy's limit holds the pool below its desired count ("": it does not)
     limit_note: str = ""
+    limits_seen: str = ""  # the namespace's limits when last held at them (limits.fingerprint)
 
     def __post_init__(self) -> None:
         self.noticed = self.noticed or {n.slot: n for n in self.status.notices.accepted}

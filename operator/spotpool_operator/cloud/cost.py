@@ -32,6 +32,9 @@ Quote = tuple[float | None, float | None]  # spot, on-demand: an hour
 # (credentials, region, zones, types) -> (zone, type) -> quote: engine/tencent/stock.py, via a
 # client.
 PriceLister = Callable[[Credentials, str, list[str], list[str]], dict[Pair, Quote]]
+# (credentials, region, types) -> type -> GPUs an instance (the cloud's Gpu); unlisted: unknown
+GpuLister = Callable[[Credentials, str, list[str]], dict[str, int]]
+GPU_RETRY = 60.0  # seconds before a type the cloud did not count is asked about again
 MAX_VALUES = 100  # values a DescribeZoneInstanceConfigInfos filter takes
 DIGITS = 6  # prices carry 4 decimals; sums are rounded past float noise
 
@@ -96,8 +99,14 @@ class PriceBook:
         lister: PriceLister | None,
         ttl: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        gpu_lister: GpuLister | None = None,
     ) -> None:
         self.lister = lister
+        self.gpu_lister = gpu_lister
+        # GPUs per type, per (key pair, region): a type's count never changes, so kept; a type
+        # the cloud did not count is asked about again after GPU_RETRY.
+        self._gpus: dict[tuple[str, str], dict[str, int]] = {}
+        self._uncounted: dict[tuple[str, str, str], float] = {}
         self.ttl = ttl
         self.clock = clock
         self._lock = threading.Lock()
@@ -133,6 +142,32 @@ class PriceBook:
                     held = dict(book)
                     self._failed.pop(account, None)
         return {pair: held[pair][1] for pair in wanted if pair in held}
+
+    def gpus(self, credentials: Credentials, region: str, types: Iterable[str]) -> dict[str, int]:
+        """GPUs of one instance of each of `types` the cloud counts (the rest: not known). One
+        call for the types not held yet; a failed call counts none of them."""
+        wanted = set(types)
+        account = (_account(credentials), region)
+        now = self.clock()
+        with self._lock:
+            held = dict(self._gpus.get(account, {}))
+            asked = {
+                t for t in wanted - set(held)
+                if t and self._uncounted.get((*account, t), 0.0) <= now
+            }  # fmt: skip
+        if asked and self.gpu_lister is not None:
+            try:
+                found = self.gpu_lister(credentials, region, sorted(asked))
+            except Exception as error:  # not counted: the limits hold growth meanwhile
+                log.warning("GPU count look-up in %s failed (%s)", region,
+                            getattr(error, "code", None) or type(error).__name__)  # fmt: skip
+                found = {}
+            with self._lock:
+                self._gpus.setdefault(account, {}).update(found)
+                held.update(found)
+                for kind in asked - set(found):
+                    self._uncounted[(*account, kind)] = now + GPU_RETRY
+        return {t: held[t] for t in wanted if t in held}
 
     def learn(
         self, credentials: Credentials, region: str, offerings: Mapping[Key, Offering]
@@ -184,9 +219,14 @@ class PriceBook:
         region = str(spec.get("region") or "")
         pairs = {(i.zone, i.instance_type) for i in status.instances if i.zone and i.instance_type}
         quotes: dict[Pair, Quote] = {}
+        gpus: dict[str, int] = {}
         if credentials is not None and region and pairs:
             quotes = self.quotes(credentials, region, pairs)
-        return priced(status, quotes, charge, before)
+            gpus = self.gpus(credentials, region, {t for _, t in pairs})
+        status = priced(status, quotes, charge, before)
+        counted = [i.model_copy(update={"gpus": gpus.get(i.instance_type or "", i.gpus)})
+                   for i in status.instances]  # fmt: skip
+        return status.model_copy(update={"instances": counted})
 
     async def price_async(
         self,
@@ -223,6 +263,15 @@ def price_lister(endpoint: str | None) -> PriceLister:
         credentials: Credentials, region: str, zones: list[str], types: list[str]
     ) -> dict[Pair, Quote]:
         return prices.hourly_prices(cloud.cvm(credentials, region, endpoint), zones, types)
+
+    return lister
+
+
+def gpu_lister(endpoint: str | None) -> GpuLister:
+    """GPU counts per instance type from the real cloud, or from the emulator at `endpoint`."""
+
+    def lister(credentials: Credentials, region: str, types: list[str]) -> dict[str, int]:
+        return prices.type_gpus(cloud.cvm(credentials, region, endpoint), types)
 
     return lister
 

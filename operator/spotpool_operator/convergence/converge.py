@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from spotpool.api.spec import DriftPolicy, SpotpoolSpec
 from spotpool.api.stackconfig import StackConfig
+from spotpool.api.status import SpotpoolStatus
 from spotpool.engine.basics.results import OperationResult
 from spotpool.engine.stacks.replan import Replan
 from spotpool.engine.stacks.rollout import roll_out
@@ -60,6 +61,17 @@ class Converging(PoolWork):
             pool.covered = max(pool.covered, started_at)
             return result
 
+    async def grow_held(self, ref: PoolRef) -> None:
+        """A pool a limit holds, whose namespace's limits changed (an admin raised one): an up
+        at once when it may grow now, else the Limited condition says what holds it now."""
+        pool = self.pool(ref)
+        if pool.lock.locked() or pool.applied is None:
+            return  # busy (that run looks again), or no up yet (kopf's retries converge it)
+        async with pool.lock:
+            note = pool.limit_note
+            spec = await self._spec(pool, ref, "up", quiet=True)
+            await self._grow_if_allowed(pool, ref, spec, note)
+
     async def _adopt_applied(
         self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec, config: StackConfig
     ) -> None:
@@ -104,18 +116,21 @@ class Converging(PoolWork):
         ):
             return engine.up
         stack, bounds = engine, spec.disruption
+        status, credentials = pool.status, engine.credentials
 
         def rolling(
             placed: StackConfig, password: str | None, refresh: bool, replan: Replan | None
         ) -> OperationResult:
             if refresh:  # short of instances: the up looks at the cloud first, as ever
                 return stack.up(placed, password, refresh, replan)
+            room = self._surge_room(ref, spec, status, credentials, placed.count)
             rollout = roll_out(
                 stack, placed, bounds.max_unavailable, bounds.max_surge, ref.do_not_disrupt,
                 password, replan,
                 on_batch=lambda n, batch, _r: ref.logger.info(
                     "rollout batch %d: slots %s replaced", n + 1, batch.slots
                 ),
+                surge_room=room,
             )  # fmt: skip
             if rollout.batches:
                 ref.logger.info(
@@ -126,3 +141,37 @@ class Converging(PoolWork):
             return rollout.last
 
         return rolling
+
+    def _surge_room(
+        self, ref: PoolRef, spec: SpotpoolSpec, status: SpotpoolStatus, credentials: Credentials,
+        count: int,
+    ) -> Callable[[int], int]:  # fmt: skip
+        """How many surge instances a rollout's batches may make: reserved in the namespace's
+        limits (in the engine's thread, once the preview says what is replaced, before any
+        batch launches). The rollout waits when none may and maxUnavailable is 0, or when the
+        instances it makes would cost more (or carry more GPUs) than the limits leave."""
+        unavailable = spec.disruption.max_unavailable
+
+        def room(wanted: int) -> int:
+            gate = self._gate_now(ref, spec, status, credentials)
+            if gate is None:
+                return wanted
+            fixed = count + len(status.surges)
+            if over := gate.overdrawn(fixed):
+                raise PoolProblem("NamespaceLimit", f"the rollout waits: {over}")
+            if not wanted:
+                return 0
+            found = gate.hold(fixed + wanted, reserve=True)
+            granted = max(0, min(wanted, found.count - fixed))
+            if granted + unavailable == 0:
+                raise PoolProblem(
+                    "NamespaceLimit",
+                    "the rollout waits: disruption.maxUnavailable is 0 and no surge instance "
+                    f"fits ({found.message}); allow maxUnavailable, or free room",
+                )
+            if granted < wanted:
+                ref.logger.info("rollout surge held at %d of %d: %s", granted, wanted,
+                                found.message)  # fmt: skip
+            return granted
+
+        return room

@@ -58,6 +58,8 @@ class Deletion(PoolWork):
                 if retain:
                     # Surges too: Retain forgets nothing it owns.
                     kept = await self._engine_call("forget", engine.held_instance_ids, record=False)
+                    # Counted against the namespace's limits until the admin releases them.
+                    await self._retain(pool, ref, None if problem else credentials, len(kept))
                     await self._engine_call("forget", engine.forget)
                     message = f"stack forgotten; {len(kept)} instance(s) kept" + (
                         f": {_listed(kept)}" if kept else ""
@@ -86,6 +88,7 @@ class Deletion(PoolWork):
                             f"the stack held no instance; removed it without cloud credentials "
                             f"({problem.reason})",
                         )
+                        await self._release(ref)
                         self.forget(ref)
                         return
                     try:
@@ -99,6 +102,7 @@ class Deletion(PoolWork):
                         "Destroyed",
                         f"deleted {result.changes.delete} resource(s) and the stack",
                     )
+                    await self._release(ref)
             except Exception as error:
                 if isinstance(error, PoolProblem) and error.reason == WAITING:
                     raise  # said as progress, not as a failure: the finalizer waits

@@ -85,6 +85,12 @@ class PoolWork(PoolBook):
             # starts again on what the up leaves (a reclaim meanwhile is seen then).
             self.probe.unwatch(ref.uid)
         try:
+            # Reserved against the namespace's limits before anything is launched (a whole up is
+            # cut to what was granted; a replacement stays within what the pool reserved).
+            reserved, _ = await self._reserved(pool, ref, spec, config, credentials)
+            config = config if slots else reserved
+            if config.count < pool.status.replicas:  # the status says what it converges to
+                pool.status = pool.status.model_copy(update={"replicas": config.count})
             # Placed by stock; `pool.applied` keeps the spec's config, which is what changes.
             placed, replan = await self._placed(pool, spec, config, credentials, slots)
             if slots:
@@ -119,6 +125,7 @@ class PoolWork(PoolBook):
         status = render.with_surges(status, result.surges)
         status = self._drift_after_up(ref, previous, status, slots)
         await self._write(pool, ref, status)
+        await self._settle(pool, ref, spec, config.count, credentials)
         self._watch(ref, pool, credentials, spec.region)
         self._post_recovered(ref, result)
         before = {i.instance_id for i in previous.instances}
@@ -137,6 +144,25 @@ class PoolWork(PoolBook):
             status.replicas,
         )  # fmt: skip
         return result
+
+    async def _grow_if_allowed(
+        self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec, note: str
+    ) -> bool:
+        """Under the pool's lock, `spec` just held at the limits (`note`: the Limited message
+        before): an up when a held pool may grow now, its spec otherwise as applied (a raised
+        limit, another pool gone); True when one ran. A Limited message that moved is written."""
+        config, applied = self._config(ref, spec), pool.applied
+        if spec.paused or applied is None:
+            return False
+        if config.count > applied.count and (
+            config.model_copy(update={"count": applied.count}) == applied
+        ):
+            message = f"the namespace's limits allow {config.count} instances now"
+            await self._up(pool, ref, spec, config, "Converging", message)
+            return True
+        if pool.limit_note != note:  # still held, by what holds it now
+            await self._write(pool, ref, pool.status)
+        return False
 
     def _drift_after_up(
         self,

@@ -10,23 +10,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from spotpool.api.access import Hold
 from spotpool.api.spec import SpotpoolSpec, parse_duration
 from spotpool.api.stackconfig import StackConfig
 from spotpool.api.status import SpotpoolStatus
 from spotpool.engine.leftovers.accounts import account_of
 from spotpool.engine.tencent.credentials import Credentials
-from spotpool_operator.basics import limits
 from spotpool_operator.basics.credentials import INLINE_WARNING, login_password, resolve
 from spotpool_operator.basics.failures import PoolProblem, classify
 from spotpool_operator.basics.pools import PoolRef, PoolState
 from spotpool_operator.cloud.strays import StraySweep
-from spotpool_operator.convergence.engine_calls import EngineCalls
+from spotpool_operator.convergence.limit_gates import LimitGates
 from spotpool_operator.reporting import status as render
 from spotpool_operator.reporting.status_write import Fence, StaleWrite
 
 
-class PoolBook(EngineCalls):
+class PoolBook(LimitGates):
     strays: StraySweep | None = None  # the sweep of deleted pools' instances (runner.py)
 
     # --- bookkeeping ----------------------------------------------------------------------
@@ -125,21 +123,6 @@ class PoolBook(EngineCalls):
                 await self._fail(pool, ref, pool.status, kind, problem, self.clock())
             raise problem from None
         return await self._within_limits(pool, ref, spec)
-
-    async def _within_limits(
-        self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec
-    ) -> SpotpoolSpec:
-        """The spec held at its namespace's limits (the Limited condition says so)."""
-        try:
-            found = await asyncio.to_thread(
-                limits.hold, self.cluster, ref.namespace, ref.uid, spec, pool.status
-            )
-        except Exception as error:  # not known: no growth, nothing cut
-            running = len(pool.status.instances)
-            message = f"held at {running}: the namespace's limits could not be read ({error})"
-            found = Hold(min(running, spec.desired_count()), message)
-        pool.limit_note = found.message if found.count < spec.desired_count() else ""
-        return limits.held_spec(spec, found.count)
 
     async def _resolve(self, ref: PoolRef, spec: SpotpoolSpec) -> Credentials:
         """The pool's credentials as its spec and the access policies say (off the loop: it

@@ -41,6 +41,7 @@ from spotpool_operator.storm.notice_server import NoticeServer
 log = logging.getLogger("spotpool_operator.handlers")
 
 RESOURCE = (GROUP, VERSION, PLURAL)
+HELD_LOOK = 5.0  # seconds between looks at the limits of a pool they hold (cached policies)
 BLOCKING_THREADS = 32  # the event loop's pool for blocking calls (Secrets, status, SDK)
 PREFIX = GROUP  # annotations and the finalizer carry the API group, not kopf's
 Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
@@ -148,11 +149,17 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
             urgent = pool.gone_slots or pool.noticed or pool.checkpoints
             # urgent work waits out only its backoff, not the next refresh
             wait = backing_off if urgent else max(reconciler.refresh_due_in(ref), backing_off)
-            if wait > 0:
+            # held by a limit: the admin may raise it; looked at every HELD_LOOK seconds
+            moved = wait > 0 and bool(pool.limit_note) and backing_off <= 0
+            if moved and not await _limits_moved(reconciler, ref):
+                moved, wait = False, min(wait, HELD_LOOK)
+            if wait > 0 and not moved:
                 await _sleep(stopped, pool.wake, wait)
                 continue  # re-read: an operation may have moved the due time meanwhile
             try:
-                if pool.noticed:  # a reclaim ahead: its replacement starts now
+                if moved:  # the namespace's limits changed: grow now if they allow it
+                    await reconciler.grow_held(ref)
+                elif pool.noticed:  # a reclaim ahead: its replacement starts now
                     await reconciler.start_surges(ref)
                 elif pool.gone_slots:
                     await reconciler.replace_gone(ref)
@@ -230,6 +237,13 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
         reconciler.close()
         if shards is not None:  # a successor need not wait for them to expire
             await asyncio.to_thread(shards.release_all)
+
+
+async def _limits_moved(reconciler: Reconciler, ref: PoolRef) -> bool:
+    try:
+        return await reconciler.limits_moved(ref)
+    except Exception:  # the policies not read now: the pool's next refresh looks again
+        return False
 
 
 async def _sleep(stopped: kopf.DaemonStopped, wake: asyncio.Event, seconds: float) -> None:

@@ -21,7 +21,7 @@ from spotpool.engine.tencent.ratelimit import BUCKETS
 from spotpool_operator.basics.credentials import credentials_of
 from spotpool_operator.basics.settings import OperatorSettings
 from spotpool_operator.cloud.capacity import Capacity, CapacitySettings, stock_lister
-from spotpool_operator.cloud.cost import PriceBook, price_lister
+from spotpool_operator.cloud.cost import PriceBook, gpu_lister, price_lister
 from spotpool_operator.cloud.fleet import FleetProbe
 from spotpool_operator.cloud.interruptions import (
     ConfigMapStore,
@@ -85,7 +85,7 @@ def run(settings: OperatorSettings) -> None:
             engine_settings = engine_settings.model_copy(update={"writer": writer})
         return PoolStack(pool, engine_settings, credentials, region, progress)
 
-    prices = PriceBook(price_lister(endpoint))
+    prices = PriceBook(price_lister(endpoint), gpu_lister=gpu_lister(endpoint))
     offering_metrics = OfferingMetrics(metrics.registry)
     # Beside the install's Leases; run by hand with no Lease namespace, there is no install to
     # share the counts with (nor rights to a ConfigMap): they are kept in memory.

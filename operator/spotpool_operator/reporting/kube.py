@@ -21,9 +21,18 @@ from typing import Any, Protocol, cast
 import kubernetes
 from pydantic import ValidationError
 
-from spotpool.api.access import ACCESS_PLURAL, AccessPolicySpec, NamedPolicy, consents
+from spotpool.api.access import (
+    ACCESS_PLURAL,
+    AccessPolicySpec,
+    LabelSelector,
+    NamedPolicy,
+    Namespaces,
+    consents,
+)
+from spotpool.api.reservations import Reservation
 from spotpool.api.spec import GROUP, PLURAL, VERSION
-from spotpool_operator.reporting import status_write
+from spotpool_operator.reporting import ledgers, status_write
+from spotpool_operator.reporting.ledgers import Ledger
 from spotpool_operator.reporting.status_write import Fence, Writer
 
 log = logging.getLogger(__name__)
@@ -65,6 +74,11 @@ class Cluster(Protocol):
         """Every SpotpoolAccessPolicy (none when the CRD is not installed)."""
         ...
 
+    def fresh_access_policies(self) -> list[NamedPolicy]:
+        """`access_policies` read now, not from the cache (a reservation decides on what
+        exists now: a policy created a second ago limits already)."""
+        ...
+
     def namespace_labels(self, namespace: str) -> dict[str, str]: ...
 
     def pools_in(self, namespace: str) -> list[PoolUse]:
@@ -77,6 +91,14 @@ class Cluster(Protocol):
         """Write the status (a merge patch); with a fence, as its shard holder, only over the
         writer it expects or an older holder's write (status_write.py). Returns the writer
         stored (None when unknown)."""
+        ...
+
+    def read_ledger(self, policy: str) -> Ledger | None:
+        """A policy's limits and reservations as they are now (None: the policy is gone)."""
+        ...
+
+    def write_ledger(self, ledger: Ledger, changes: dict[str, Reservation | None]) -> bool:
+        """Set or remove reservations over exactly the version read (False: it changed)."""
         ...
 
 
@@ -122,6 +144,12 @@ class KubeCluster:
     def access_policies(self) -> list[NamedPolicy]:
         return cast(list[NamedPolicy], self._cache("policies", self._read_policies))
 
+    def fresh_access_policies(self) -> list[NamedPolicy]:
+        policies = self._read_policies()
+        with self._guard:
+            self._cached["policies"] = (time.monotonic(), policies)
+        return policies
+
     def _read_policies(self) -> list[NamedPolicy]:
         try:
             listed = cast(
@@ -143,12 +171,27 @@ class KubeCluster:
                 spec = AccessPolicySpec.model_validate(item.get("spec") or {})
             except ValidationError as error:
                 # The API server checked it against the CRD's schema; an older operator may
-                # not know a newer field. It still selects what it selected: it grants nothing.
+                # not know a newer field, which may refuse or limit. It still selects what it
+                # selected (every namespace, when that is not understood either): it refuses
+                # every pool there and holds what they run (access.not_understood).
                 log.warning("SpotpoolAccessPolicy %s not understood: %s", name, error)
+                problem = ledgers.parse(item).problem or "not understood"
                 raw = (item.get("spec") or {}).get("namespaces") or {}
-                spec = AccessPolicySpec.model_validate({"namespaces": raw})
+                try:
+                    chosen = Namespaces.model_validate(raw)
+                except ValidationError:
+                    chosen = Namespaces(selector=LabelSelector())
+                spec = AccessPolicySpec(namespaces=chosen)
+                policies.append(NamedPolicy(name, spec, problem))
+                continue
             policies.append(NamedPolicy(name, spec))
         return policies
+
+    def read_ledger(self, policy: str) -> Ledger | None:
+        return ledgers.read(self._custom, policy)
+
+    def write_ledger(self, ledger: Ledger, changes: dict[str, Reservation | None]) -> bool:
+        return ledgers.write(self._custom, ledger, changes)
 
     def namespace_labels(self, namespace: str) -> dict[str, str]:
         def read() -> dict[str, str]:

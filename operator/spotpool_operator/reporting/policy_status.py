@@ -1,7 +1,8 @@
 """Each SpotpoolAccessPolicy's status: what the pools of the namespaces it selects use (pools,
 instances, GPUs, hourly cost, pools held by a limit), so `kubectl get spotpoolaccesspolicies`
 shows use against the limits. Written every INTERVAL by one replica (the holder of shard 0),
-only when it changed."""
+only when it changed, as a merge patch that leaves the ledger (status.reservations and
+status.reserved, written by every replica before a launch: ledgers.py) as it is."""
 
 import asyncio
 import logging
@@ -9,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 from spotpool.api.access import Use, policy_status
-from spotpool.api.gpus import gpus_of
 from spotpool_operator.reporting.kube import KubeCluster, PoolUse
 
 INTERVAL = 10.0
@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 def pool_use(pool: PoolUse) -> tuple[Use, bool]:
     """A pool's instances, GPUs and cost now, and whether a limit holds it."""
     instances = pool.status.get("instances") or []
-    gpus = sum(gpus_of(i.get("instanceType")) or 0 for i in instances)
+    gpus = sum(int(i.get("gpus") or 0) for i in instances)  # the cloud's count, when known
     cost = float(pool.status.get("hourlyCost") or 0.0)
     held = any(
         c.get("type") == "Limited" and c.get("status") == "True"
@@ -36,7 +36,8 @@ def write_once(cluster: KubeCluster, namespaces: list[str] | None, written: dict
     pools = [(ns, *pool_use(pool)) for ns, pool in cluster.all_pools(namespaces)]
     labels = {ns: cluster.namespace_labels(ns) for ns in {ns for ns, _, _ in pools}}
     for policy in policies:
-        status = policy_status(policy, labels, pools).model_dump(mode="json", by_alias=True)
+        found = policy_status(policy, labels, pools).model_copy(update={"problem": policy.problem})
+        status = found.model_dump(mode="json", by_alias=True, exclude={"reserved", "reservations"})
         if written.get(policy.name) == status:
             continue
         cluster.patch_policy_status(policy.name, status)

@@ -20,7 +20,7 @@ from spotpool.api.notices import (
     slot_token,
     time_problem,
 )
-from spotpool.api.spec import ChargeType
+from spotpool.api.spec import ChargeType, SpotpoolSpec
 from spotpool.api.status import AcceptedNotice, Checkpoint, Instance, Surge
 from spotpool_operator.basics.failures import PoolProblem, classify
 from spotpool_operator.basics.pools import PoolRef, PoolState
@@ -230,6 +230,10 @@ class Notices(PoolWork):
         if not slots:
             await self._settled(pool, ref)
             return
+        slots = await self._surges_allowed(pool, ref, spec, slots)
+        if not slots:
+            await self._settled(pool, ref)
+            return
         names = ", ".join(
             f"slot {s} ({n.instance_id} at {n.termination_time:%H:%M:%S} UTC)"
             for s, n in sorted(noticed.items())
@@ -270,6 +274,7 @@ class Notices(PoolWork):
             return
         status = render.surged(pool.status, result, taken, started, self.clock())
         await self._write(pool, ref, render.accepting(status, {}))
+        await self._settle(pool, ref, spec, config.count, credentials)
         self.events.post(
             ref.event_ref(),
             "Normal",
@@ -280,6 +285,26 @@ class Notices(PoolWork):
             "old instance",
         )
         ref.logger.info("surge started in %.1f s: %s", result.seconds, made)
+
+    async def _surges_allowed(
+        self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec, slots: list[int]
+    ) -> list[int]:
+        """The noticed slots whose surge instance fits the namespace's limits, reserved before
+        it is launched; the others are replaced when the cloud takes their instance (an Event
+        says so)."""
+        credentials = await self._credentials(pool, ref, spec, "up")
+        config = self._config(ref, spec)
+        _, granted = await self._reserved(pool, ref, spec, config, credentials, len(slots))
+        held = slots[granted:]
+        if held:
+            message = (
+                f"no replacement started ahead for slot(s) {', '.join(map(str, held))}: "
+                f"{pool.limit_note or 'the namespace is at its limit'}; each is replaced when "
+                "the cloud takes its instance"
+            )
+            self.events.post(ref.event_ref(), "Warning", "SurgeHeld", message[:1000])
+            ref.logger.warning("%s", message)
+        return slots[:granted]
 
     async def _settled(self, pool: PoolState, ref: PoolRef) -> None:
         """No notice is waiting any more: the status says so too."""
@@ -331,6 +356,7 @@ class Notices(PoolWork):
                 raise problem from None
             status = render.surged(pool.status, result, {}, started, now)
             await self._write(pool, ref, render.unfulfilled(status, stale))
+            await self._settle(pool, ref, spec, self._config(ref, spec).count, credentials)
 
     def _stale(self, surge: Surge, listed: Mapping[int | None, str], now: datetime) -> bool:
         """Past its notice's grace (counted from the notice's receipt) while the slot's

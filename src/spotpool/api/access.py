@@ -34,6 +34,7 @@ from spotpool.api.grants import (
     pattern_matches,
 )
 from spotpool.api.identity import role_account
+from spotpool.api.reservations import Reservation, Reserved
 from spotpool.api.spec import SpotpoolSpec
 
 ACCESS_KIND = "SpotpoolAccessPolicy"
@@ -97,14 +98,17 @@ class Limits(_Model):
     gpus: int | None = Field(
         None,
         ge=0,
-        description="GPUs, counted from the instance types whose GPU count is known "
-        "(spotpool.api.gpus); other types count none.",
+        description="GPUs, each instance counted by the cloud's own data for its type "
+        "(DescribeZoneInstanceConfigInfos' Gpu); a pool of a type whose count is not known "
+        "does not grow under this limit.",
     )
     hourly_cost: float | None = Field(
         None,
         ge=0,
-        description="What the namespace's instances may cost an hour (the pools' "
-        "status.hourlyCost together, in the account's currency).",
+        description="What the namespace's instances may cost an hour, in the account's "
+        "currency: each launch priced before it is made at the dearest quote of its pool's "
+        "zones and types (on-demand where it may run on demand); a pool whose price is not "
+        "known does not grow under this limit.",
     )
 
 
@@ -184,12 +188,28 @@ class AccessPolicyStatus(_Model):
         None, description="The namespace nearest to a limit (instances, then cost)."
     )
     usage: list[NamespaceUse] = Field(default_factory=list, description="Per namespace.")
+    problem: str | None = Field(
+        None,
+        description="Why the operator does not understand this policy: it then refuses every "
+        "pool of the namespaces it may select, and holds what they run (unset: understood).",
+    )
+    reserved: Reserved = Field(
+        default_factory=Reserved,
+        description="What the pools reserved against the limits, all namespaces together.",
+    )
+    reservations: dict[str, Reservation] = Field(
+        default_factory=dict,
+        description="The ledger: each pool's reservation by its uid, written by the operator "
+        "before any launch (resourceVersion checked); a retained pool's stays until the "
+        "cluster admin removes it.",
+    )
 
 
 @dataclass(frozen=True)
 class NamedPolicy:
     name: str
     spec: AccessPolicySpec
+    problem: str | None = None  # not understood (a newer schema?): refuses and holds all
 
     def selects(self, namespace: str, labels: Mapping[str, str]) -> bool:
         chosen = self.spec.namespaces
@@ -339,6 +359,19 @@ class Access:
     def limits(self) -> list[tuple[str, Limits]]:
         return [(p.name, p.spec.limits) for p in self.policies if p.spec.limits is not None]
 
+    def not_understood(self) -> Refusal | None:
+        """A policy selecting the namespace that this operator does not understand refuses
+        every pool there (and holds what they run): it may refuse or limit what is asked."""
+        for policy in self.policies:
+            if policy.problem is not None:
+                return Refusal(
+                    "PolicyNotUnderstood",
+                    f"SpotpoolAccessPolicy {policy.name} selects namespace {self.namespace} "
+                    f"and this operator does not understand it ({policy.problem}): upgrade the "
+                    "operator, or ask the cluster admin to fix the policy",
+                )
+        return None
+
 
 def _by_name(policy: NamedPolicy) -> str:
     return policy.name
@@ -370,50 +403,6 @@ class Use:
 class Hold:
     count: int  # the count the pool may have now
     message: str  # why it is held ("" when not held)
-
-
-def held_count(
-    access: Access,
-    desired: int,
-    own: Use,
-    others: Use,
-    gpus_each: int | None,
-    cost_each: float | None,
-) -> Hold:
-    """The count a pool wanting `desired` instances may have under its namespace's limits, with
-    the other pools there taking `others`: never below what it runs now (`own.instances`: no
-    limit terminates an instance), never above `desired`."""
-    count, why = desired, ""
-    for name, limits in access.limits():
-        bounds: list[tuple[int, str]] = []
-        if limits.instances is not None:
-            room = limits.instances - others.instances
-            bounds.append((room, f"{limits.instances} instances"))
-        if limits.gpus is not None and gpus_each:
-            room = (limits.gpus - others.gpus) // gpus_each
-            bounds.append((room, f"{limits.gpus} GPUs"))
-        if limits.hourly_cost is not None and cost_each:
-            room = int((limits.hourly_cost - others.hourly_cost) // cost_each)
-            bounds.append((room, f"{limits.hourly_cost:g} an hour"))
-        for room, what in bounds:
-            allowed = max(room, own.instances, 0)
-            if allowed < count:
-                count = allowed
-                why = (
-                    f"held at {allowed} of {desired} instances: SpotpoolAccessPolicy {name} "
-                    f"limits namespace {access.namespace} to {what} and its other pools take "
-                    f"{_taken(others, what)}; scale other pools down or ask the cluster admin "
-                    "to raise the limit"
-                )
-    return Hold(count, why)
-
-
-def _taken(others: Use, what: str) -> str:
-    if what.endswith("GPUs"):
-        return f"{others.gpus} GPUs"
-    if what.endswith("an hour"):
-        return f"{others.hourly_cost:g} an hour"
-    return f"{others.instances}"
 
 
 def policy_status(

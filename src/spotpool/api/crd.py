@@ -225,7 +225,15 @@ def render_access() -> dict[str, Any]:
         subresources={"status": {}},
         columns=[
             _column("Pools", "integer", ".status.pools"),
-            _column("Instances", "integer", ".status.instances"),
+            _column("Instances", "integer", ".status.instances", 0, "Instances running."),
+            _column(
+                "Reserved",
+                "integer",
+                ".status.reserved.instances",
+                0,
+                "Instances reserved before their launch (surges, rollouts and retained "
+                "instances included): what the limit is checked against.",
+            ),
             _column(
                 "Max-Instances",
                 "integer",
@@ -233,7 +241,14 @@ def render_access() -> dict[str, Any]:
                 0,
                 "Instances a namespace may run (limits.instances, per namespace).",
             ),
-            _column("Cost", "number", ".status.hourlyCost"),
+            _column("Cost", "number", ".status.hourlyCost", 0, "What the instances cost an hour."),
+            _column(
+                "Reserved-Cost",
+                "number",
+                ".status.reserved.hourlyCost",
+                0,
+                "Hourly cost reserved before the launches (each priced before it is made).",
+            ),
             _column(
                 "Max-Cost",
                 "number",
@@ -243,6 +258,7 @@ def render_access() -> dict[str, Any]:
             ),
             _column("Held", "integer", ".status.held"),
             _column("GPUs", "integer", ".status.gpus", 1),
+            _column("Reserved-GPUs", "integer", ".status.reserved.gpus", 1),
             _column("Max-GPUs", "integer", ".spec.limits.gpus", 1),
             _column(
                 "Busiest",

@@ -54,6 +54,12 @@ class Instance(Model):
         description="Hourly price of this instance as the cloud lists it for its zone and type: "
         "the spot price, or the on-demand price for an on-demand (POSTPAID_BY_HOUR) one.",
     )
+    gpus: int | None = Field(
+        None,
+        ge=0,
+        description="GPUs of this instance, as the cloud's data for its type says (unset: not "
+        "known).",
+    )
 
 
 class Condition(Model):

@@ -52,6 +52,9 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
     "GN10Xp.5XLARGE100": InstanceType(20, 100, 2, "NVIDIA V100"),
     "GT4.4XLARGE96": InstanceType(16, 96, 1, "NVIDIA A100"),
     "GT4.41XLARGE948": InstanceType(164, 948, 8, "NVIDIA A100"),
+    # GPU types the operator has no table for: it counts their GPUs from this data (Gpu)
+    "PNV4.7XLARGE116": InstanceType(28, 116, 1, "NVIDIA A10"),
+    "PNV4.14XLARGE232": InstanceType(56, 232, 2, "NVIDIA A10"),
 }
 
 

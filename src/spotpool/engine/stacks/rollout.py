@@ -54,14 +54,19 @@ def roll_out(
     login_password: str | None = None,
     replan: Replan | None = None,
     on_batch: OnBatch | None = None,
+    surge_room: Callable[[int], int] | None = None,
 ) -> Rollout:
     """Converge `pool` to `config`, replacing instances at most max_unavailable + max_surge
     slots at a time, the `protected` (do-not-disrupt) slots last. A change that replaces
-    nothing, or fits in one batch without a delete-first slot, is one plain `up`."""
+    nothing, or fits in one batch without a delete-first slot, is one plain `up`.
+    `surge_room(n)`: how many of the n surge instances a batch would make may be made (the
+    namespace's limits, reserved before); it raises when the rollout cannot go on at all."""
     started = time.monotonic()
     urns = _slot_urns(pool)
     preview = pool.preview(config, login_password)
     replaced = [s for s in preview.replaced_slots if s in urns and s < config.count]
+    if surge_room is not None and replaced:
+        max_surge = surge_room(min(max_surge, len(replaced)))
     batches = plan_batches(replaced, max_unavailable, max_surge, protected)
     rollout = Rollout(replaced=replaced, batches=batches)
     if not batches:
