@@ -30,6 +30,13 @@ RunInstances and TerminateInstances refused, not forwarded. The refusal is a Ten
 that the provider does not retry (`FENCED_CODE`), so the run fails at once instead of retrying
 into a storm. A run whose admission ended (the operation is over) is refused too.
 
+Its calls are safe to lose and to repeat (write_safety.py, upstream.py): a RunInstances gets a
+`ClientToken` where the provider sent none and is written down in the run's create journal
+before it leaves; a create is sent again only with its token, any other write only when the
+cloud takes the repeat as the same or it provably never left; a DescribeInstances by id that
+misses an instance this process launched is asked again until the listing shows it
+(recent_writes.py), and one it terminated a moment ago is not shown as running.
+
 Temporary credentials are renewed here too. A run whose real keys are temporary ones the
 process's credential cache issued (identities.py) is signed, right before each send, with
 that identity's live credentials (renewed at two thirds of their life): a run that outlives
@@ -37,13 +44,10 @@ the keys it started with never fails for it. Its bucket is the identity's accoun
 role's), else the real SecretId — never the run's placeholder.
 """
 
-import base64
-import binascii
 import dataclasses
 import json
 import logging
 import os
-import re
 import secrets
 import select
 import socket
@@ -52,8 +56,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from email.message import Message
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
@@ -66,10 +69,17 @@ from spotpool.engine.tencent.proxy_requests import (
     CappedServer,
     duplicated,
 )
+from spotpool.engine.tencent.proxy_routing import (
+    API_DOMAIN,
+    bucket_key,
+    destination_of,
+    run_token,
+    signing_id,
+)
 from spotpool.engine.tencent.ratelimit import BUCKETS, Buckets
 from spotpool.engine.tencent.recent_writes import RECENT
 from spotpool.engine.tencent.sts import StsError
-from spotpool.engine.tencent.upstream import Lost, Reply, Upstreams
+from spotpool.engine.tencent.upstream import Lost, Upstreams
 from spotpool.engine.tencent.write_safety import (
     STACK_VARIABLE,
     TOO_MANY_CODE,
@@ -77,21 +87,15 @@ from spotpool.engine.tencent.write_safety import (
     CreateRecord,
     Kind,
     OutstandingCreates,
-    asked_ids,
     create_record,
     created_ids,
     journal_of,
     kind_of,
-    listed_ids,
     repeat_settled,
     terminated_ids,
     with_client_token,
-    without_stale,
 )
 
-API_DOMAIN = "tencentcloudapi.com"
-# `<service>.tencentcloudapi.com` (any depth of labels), with the dot boundary.
-_API_HOST = re.compile(r"^(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+tencentcloudapi\.com$")
 MAX_BODY = 8 * 1024 * 1024  # bytes of a request body (RunInstances with user data: < 100 KiB)
 HANDLER_TIMEOUT = 120.0  # seconds a client may stall mid-request (or idle between requests)
 REQUEST_DEADLINE = 60.0  # seconds from a request's first byte to its last
@@ -101,7 +105,6 @@ SINGLE_HEADERS = ("Authorization", "Host", "X-TC-Action", "X-TC-Region", "X-TC-T
                   "X-TC-Token", "Content-Type", "Proxy-Authorization")  # fmt: skip
 PLACEHOLDER_PREFIX = "SPOTPOOLRUN"
 REFUSED_CODE = "AuthFailure.SignatureFailure"  # not retried by the provider either
-_CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
 _HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -115,53 +118,11 @@ _HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-CATCH_UP_FOR = 30.0  # seconds a DescribeInstances waits for a launch to be listed, a call
 # Not in the provider's retryable codes (common.go retryableErrorCode, matched whole or by the
 # family before the dot): the run fails on the first refusal.
 FENCED_CODE = "OperationDenied.WriterFenced"
 log = logging.getLogger(__name__)
 Check = Callable[[], None]  # raises when the run's writer may no longer write
-
-
-def run_token(headers: Mapping[str, str] | Message) -> str | None:
-    """The run token in a request's Proxy-Authorization (Basic, the token as the password),
-    or None when the request carries none (an unfenced run)."""
-    value = headers.get("Proxy-Authorization") or ""
-    scheme, _, encoded = value.partition(" ")
-    if scheme.lower() != "basic" or not encoded:
-        return None
-    try:
-        decoded = base64.b64decode(encoded.strip(), validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError):
-        return ""  # malformed: an unknown token, refused
-    return decoded.partition(":")[2]
-
-
-def signing_id(headers: Mapping[str, str] | Message) -> str:
-    """The SecretId a call is signed with (a public key id), or "" when unsigned."""
-    found = _CREDENTIAL.search(headers.get("Authorization") or "")
-    return found.group(1) if found else ""
-
-
-def bucket_key(
-    headers: Mapping[str, str] | Message, owner: str | None = None
-) -> tuple[str, str, str] | None:
-    """(owner, region, action) of an API 3.0 call, as the operator's buckets are keyed: the
-    owner is the account of renewed temporary keys, else the SecretId; None for anything else
-    (no token taken)."""
-    action = headers.get("X-TC-Action")
-    if not action:
-        return None
-    return (owner or signing_id(headers), headers.get("X-TC-Region") or "", action)
-
-
-def api_host(host: str) -> str | None:
-    """The API host a request names (`Host`, maybe with :80/:443), or None when it is not
-    `<service>.tencentcloudapi.com` exactly."""
-    name, sep, port = host.strip().lower().partition(":")
-    if sep and port not in ("80", "443"):
-        return None
-    return name if _API_HOST.match(name) else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,24 +134,6 @@ class _Issued:
     live: Callable[[], Credentials]
     run_key: str = ""
     journal: CreateJournal | None = None
-
-
-def destination_of(endpoint: str | None, path: str, host: str) -> tuple[str, str, str] | None:
-    """(scheme, host, request target) to send a request to; None when it names any host but
-    the API's (`Host`, signed, and the request target's must agree)."""
-    name = api_host(host)
-    parts = urlsplit(path)
-    if name is None or (parts.netloc and api_host(parts.netloc) != name):
-        return None  # a userinfo@, another host or port: never sent anywhere
-    if endpoint:  # the emulator is a proxy too: it gets the absolute URI as we did
-        upstream = urlsplit(endpoint)
-        return upstream.scheme or "http", upstream.netloc, f"http://{name}/{_target(parts)}"
-    return "https", name, "/" + _target(parts)  # the real cloud: TLS, always
-
-
-def _target(parts: "SplitResult") -> str:
-    """The request target's path and query, without its leading slash."""
-    return (parts.path or "/").lstrip("/") + (f"?{parts.query}" if parts.query else "")
 
 
 class _Handler(BoundedHandler):
@@ -272,7 +215,9 @@ class _Handler(BoundedHandler):
         try:
             reply = self.upstreams.exchange(kind, destination, self.command, headers, body, again)
             if action == "DescribeInstances" and reply.status == 200:
-                reply = self._caught_up(reply, destination, headers, body, again)
+                reply = self.upstreams.caught_up(
+                    reply, destination, self.command, headers, body, again
+                )
             elif reply.repeated:
                 reply = dataclasses.replace(reply, data=repeat_settled(action, reply.data))
         except Lost as lost:
@@ -326,36 +271,6 @@ class _Handler(BoundedHandler):
             self._api_error("InternalError", "spotpool: the create could not be recorded; not sent")
             return body, None
         return body, create
-
-    def _caught_up(
-        self,
-        reply: Reply,
-        destination: tuple[str, str, str],
-        headers: list[tuple[str, str]],
-        body: bytes,
-        again: Callable[[], bool],
-    ) -> Reply:
-        """Read-your-writes: a DescribeInstances by id that misses an instance this process
-        launched and the listing has not shown yet is asked again (within RECENT's bound,
-        `CATCH_UP_FOR` seconds a call); instances it terminated a moment ago are left out."""
-        deadline = time.monotonic() + CATCH_UP_FOR
-        pause = 0.25
-        while True:
-            listed = listed_ids(reply.data)
-            RECENT.listed(listed)
-            missing = RECENT.unlisted(set(asked_ids(body)) - set(listed))
-            if not missing or time.monotonic() + pause > deadline or not again():
-                break
-            time.sleep(pause)
-            pause = min(2.0, pause * 2)
-            reply = self.upstreams.exchange(
-                Kind.READ, destination, self.command, headers, body, again
-            )
-            if reply.status != 200:
-                return reply
-        return dataclasses.replace(
-            reply, data=without_stale(reply.data, RECENT.terminated_recently)
-        )
 
     do_GET = do_PUT = do_DELETE = do_HEAD = do_POST
 

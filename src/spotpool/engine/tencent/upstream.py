@@ -20,11 +20,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from spotpool.engine.tencent.write_safety import Kind, retry_repeatable
+from spotpool.engine.tencent.recent_writes import RECENT
+from spotpool.engine.tencent.write_safety import (
+    Kind,
+    asked_ids,
+    listed_ids,
+    retry_repeatable,
+    without_stale,
+)
 
 UPSTREAM_TIMEOUT = 120.0
 CREATE_TRIES = 6  # a create's sends at most, one token: ~6 s of pauses in all
 FIRST_PAUSE = 0.2
+CATCH_UP_FOR = 30.0  # seconds a DescribeInstances waits for a launch to be listed, a call
 
 
 @dataclass(frozen=True)
@@ -117,6 +125,35 @@ class Upstreams:
                 continue
             return dataclasses.replace(reply, repeated=unsure)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def caught_up(
+        self,
+        reply: Reply,
+        destination: tuple[str, str, str],
+        method: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        again: Callable[[], bool],
+    ) -> Reply:
+        """Read-your-writes for a DescribeInstances answer: asked again while it misses an
+        instance this process launched that no listing has shown yet (within RECENT's bound,
+        `CATCH_UP_FOR` seconds a call); instances it terminated a moment ago are left out."""
+        deadline = time.monotonic() + CATCH_UP_FOR
+        pause = 0.25
+        while True:
+            listed = listed_ids(reply.data)
+            RECENT.listed(listed)
+            missing = RECENT.unlisted(set(asked_ids(body)) - set(listed))
+            if not missing or time.monotonic() + pause > deadline or not again():
+                break
+            time.sleep(pause)
+            pause = min(2.0, pause * 2)
+            reply = self.exchange(Kind.READ, destination, method, headers, body, again)
+            if reply.status != 200:
+                return reply
+        return dataclasses.replace(
+            reply, data=without_stale(reply.data, RECENT.terminated_recently)
+        )
 
 
 def _send(
