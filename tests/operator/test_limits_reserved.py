@@ -10,11 +10,13 @@ import json
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from spotpool_operator.basics.failures import PoolProblem
 from spotpool_operator.cloud.cost import PriceBook
+from spotpool_operator.reporting.kube import KubeCluster, PoolUse
+from spotpool_operator.reporting.policy_status import write_once
 
 from spotpool.api import notices
 from spotpool.api.access import AccessPolicySpec, NamedPolicy
@@ -216,3 +218,32 @@ def test_a_rollout_to_a_dearer_type_past_the_cost_limit_waits(tmp_path: Path) ->
     room = world.reconciler._surge_room(ref(body), dearer, pool.status, pool.credentials, 2)
     with pytest.raises(PoolProblem, match=r"would cost 1.2 an hour .* past .*'s 1"):
         room(0)  # kept at 2 (it runs 2), but 2 of the dearer type pass the limit
+
+
+class _Policies:
+    """What the policies' status writer reads and writes (reporting/policy_status.py)."""
+
+    def __init__(self, *policies: NamedPolicy) -> None:
+        self.policies = list(policies)
+        self.patched: dict[str, dict[str, Any]] = {}
+
+    def access_policies(self) -> list[NamedPolicy]:
+        return self.policies
+
+    def all_pools(self, namespaces: list[str] | None) -> list[tuple[str, PoolUse]]:
+        return []
+
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        return {}
+
+    def patch_policy_status(self, name: str, status: dict[str, Any]) -> None:
+        self.patched[name] = status
+
+
+def test_a_policy_not_understood_says_so_and_the_status_writer_leaves_the_ledger_alone() -> None:
+    spec = AccessPolicySpec.model_validate({"namespaces": {"selector": {}}})
+    fake = _Policies(NamedPolicy("newer", spec, "spec.grants: Extra inputs"), limit()[0])
+    write_once(cast(KubeCluster, fake), None, {})
+    assert fake.patched["newer"]["problem"] == "spec.grants: Extra inputs"
+    assert fake.patched[POLICY]["problem"] is None
+    assert not {"reserved", "reservations"} & set(fake.patched[POLICY])  # a merge patch: kept

@@ -159,6 +159,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
             try:
                 if moved:  # the namespace's limits changed: grow now if they allow it
                     await reconciler.grow_held(ref)
+                    await _sleep(stopped, pool.wake, HELD_LOOK)  # never a busy loop
                 elif pool.noticed:  # a reclaim ahead: its replacement starts now
                     await reconciler.start_surges(ref)
                 elif pool.gone_slots:
