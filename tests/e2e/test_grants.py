@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -58,7 +59,8 @@ POLICIES: dict[str, dict[str, Any]] = {
         "operatorClasses": [""],
     },
 }
-ROLE_POLICY = "e2e-grants-role"  # grants ROLE to the two namespaces of the session test
+# The two namespaces of the session test, each selected by its policy alone (by name).
+ROLE_POLICIES = ("e2e-grants-role-1", "e2e-grants-role-2")
 WITHIN = 10.0  # seconds for a withdrawn grant to be seen: the policies' cache, one check
 WATCHED = 20.0  # seconds after that in which nothing may use it
 
@@ -137,7 +139,7 @@ def world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gran
         try:
             yield GrantWorld(operator)
         finally:
-            kube.run("delete", "spotpoolaccesspolicies", *POLICIES, ROLE_POLICY, "--wait=false")
+            kube.run("delete", "spotpoolaccesspolicies", *POLICIES, *ROLE_POLICIES, "--wait=false")
             for obj in _admission():
                 kube.run("delete", obj["kind"], obj["metadata"]["name"], "--wait=false")
 
@@ -157,6 +159,18 @@ def _admission() -> list[dict[str, Any]]:
     """The chart's ValidatingAdmissionPolicy and its binding, as Helm renders them."""
     text = chart.template({}, "spotpool-system", show_only="templates/admission.yaml")
     return chart.objects(text)
+
+
+def _role_grant(namespace: str, role: bool = True) -> dict[str, Any]:
+    """The policy of one of the session test's namespaces: the install, the operator's
+    identity, ROLE (unless not `role`), the launch fields."""
+    grant: dict[str, Any] = {
+        "namespaces": {"names": [namespace]},
+        "operatorClasses": [CLASS],
+        "operatorIdentity": True,
+        "launch": LAUNCH,
+    }
+    return {**grant, "roles": [ROLE]} if role else grant
 
 
 def _own_identity(name: str, **spec: Any) -> dict[str, Any]:
@@ -216,9 +230,9 @@ def test_two_pools_whose_session_names_were_one_get_two(world: GrantWorld) -> No
     operator = world.operator
     base = f"{PREFIX}{uuid.uuid4().hex[:6]}"
     # spotpool-<namespace>-<pool> named both spotpool-<base>-b-x.
-    pools = [(world.namespace("a", base), "b-x"), (world.namespace("a", f"{base}-b"), "x")]
-    grant = {"namespaces": {"names": [ns for ns, _ in pools]}, "roles": [ROLE]}
-    _apply_policies(operator.kube, {ROLE_POLICY: grant})
+    pools = [(world.namespace("s", base), "b-x"), (world.namespace("s", f"{base}-b"), "x")]
+    grants = {name: _role_grant(ns) for name, (ns, _) in zip(ROLE_POLICIES, pools, strict=True)}
+    _apply_policies(operator.kube, grants)
     for namespace, name in pools:
         operator.apply(namespace, _own_identity(name, minimum=1, assumeRole={"roleArn": ROLE}))
     ready = [operator.wait_ready(namespace, name, 1) for namespace, name in pools]
@@ -246,13 +260,8 @@ def test_a_withdrawn_role_is_used_by_nothing_within_one_probe_period(world: Gran
     operator = world.operator
     (kept_ns, kept, _), (revoked_ns, revoked, uid) = world.sessions.pools
     before = operator.cloud(uid)
-    withdrawn = time.time()
-    _apply_policies(operator.kube, {ROLE_POLICY: {"namespaces": {"names": [kept_ns]},
-                                                  "roles": [ROLE]}})  # fmt: skip
-    condition = _refused(operator, revoked_ns, revoked, "RoleNotAllowed")
-    assert ROLE in condition["message"]
-    seen = time.time() - withdrawn
-    assert seen < WITHIN, f"the withdrawn grant was seen after {seen:.1f} s"
+    withdrawn = time.time()  # its policy grants the role no more (and nothing else does)
+    _apply_policies(operator.kube, {ROLE_POLICIES[1]: _role_grant(revoked_ns, role=False)})
     time.sleep(max(0.0, withdrawn + WITHIN + WATCHED - time.time()))
 
     after = [c for c in world.requests() if c["Time"] > withdrawn + WITHIN]
@@ -269,10 +278,15 @@ def test_a_withdrawn_role_is_used_by_nothing_within_one_probe_period(world: Gran
     used = [c["Time"] - withdrawn for c in world.requests() if c["Time"] > withdrawn
             and str(c.get("Caller", "")).endswith(f"/{revoked_session}")]  # fmt: skip
     last = max(used, default=0.0)
-    print(f"withdrawn grant seen in {seen:.1f} s; its session's last call {last:.1f} s after")
+    print(f"the withdrawn grant's session: last call {last:.1f} s after the withdrawal")
     assert as_session(revoked_session) == []  # no look, no price read, no sweep, no renewal
     assert as_session(f"spotpool_{kept_ns}_{kept}"), "the pool still granted goes on"
     assert operator.cloud(uid) == before  # nothing launched, nothing terminated
+    condition = operator.condition(revoked_ns, revoked, "Degraded")  # and the pool says why
+    assert condition.get("reason") == "RoleNotAllowed" and ROLE in condition["message"]
+    changed = datetime.fromisoformat(condition["lastTransitionTime"]).timestamp()
+    assert changed - withdrawn < WITHIN, f"said {changed - withdrawn:.0f} s after"
+    print(f"the pool said why {changed - withdrawn:.0f} s after")
     assert operator.alive()
 
 
