@@ -7,10 +7,10 @@ emulator's CAM), the emulator as the cloud.
   condition, nothing launched) and, with the chart's admission policy, at `kubectl apply`;
 - team B's pool on the operator's identity naming team A's instance role (camRoleName) is
   refused in the operator and at apply;
-- two pools whose session names used to be one (`team`/`b-x`, `team-b`/`x`) get two, on the
-  role and on the operator's own identity;
-- a role grant withdrawn is used by nothing — no call signed as the pool's session, no STS
-  renewal — within one probe period, while the pool still granted goes on.
+- two pools whose session names used to be one (`team`/`b-x`, `team-b`/`x`) get two, on their
+  roles and on the operator's own identity;
+- a role grant withdrawn is used by nothing — no call signed as the role, no STS assumption of
+  it — within one probe period, while the other pool's role goes on; the pool says why.
 """
 
 import json
@@ -37,8 +37,9 @@ PREFIX = "gr-"
 TEAM = "e2e.spotpool/grants"  # the namespace label the team policies select
 SERVICE_ACCOUNT = ("default", "spotpool-operator")
 OPERATOR_ROLE = f"qcs::cam::uin/{ACCOUNT_C}:roleName/spotpool-operator"
-LAUNCHER = "team-a-launcher"  # account B's role, assumed with the operator's identity
-ROLE = f"qcs::cam::uin/{ACCOUNT_B}:roleName/{LAUNCHER}"
+# Account B's roles, assumed with the operator's identity: one for each pool of the session test.
+LAUNCHERS = ("team-a-launcher", "team-a-trainer-launcher")
+ROLES = tuple(f"qcs::cam::uin/{ACCOUNT_B}:roleName/{name}" for name in LAUNCHERS)
 # The launch fields of pool_manifest's pools, granted to both teams on the shared identity.
 LAUNCH = {"images": ["img-*"], "vpcs": ["DEFAULT"], "subnets": ["DEFAULT"]}
 POLICIES: dict[str, dict[str, Any]] = {
@@ -127,7 +128,7 @@ def world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gran
                 }
             ],
             Roles=[
-                role(name=LAUNCHER, trusted_accounts=[ACCOUNT_C]),
+                *(role(name=name, trusted_accounts=[ACCOUNT_C]) for name in LAUNCHERS),
                 role(
                     account=ACCOUNT_C,
                     name="spotpool-operator",
@@ -161,16 +162,16 @@ def _admission() -> list[dict[str, Any]]:
     return chart.objects(text)
 
 
-def _role_grant(namespace: str, role: bool = True) -> dict[str, Any]:
+def _role_grant(namespace: str, role: str | None) -> dict[str, Any]:
     """The policy of one of the session test's namespaces: the install, the operator's
-    identity, ROLE (unless not `role`), the launch fields."""
+    identity, `role` (if any), the launch fields."""
     grant: dict[str, Any] = {
         "namespaces": {"names": [namespace]},
         "operatorClasses": [CLASS],
         "operatorIdentity": True,
         "launch": LAUNCH,
     }
-    return {**grant, "roles": [ROLE]} if role else grant
+    return {**grant, "roles": [role]} if role else grant
 
 
 def _own_identity(name: str, **spec: Any) -> dict[str, Any]:
@@ -231,10 +232,11 @@ def test_two_pools_whose_session_names_were_one_get_two(world: GrantWorld) -> No
     base = f"{PREFIX}{uuid.uuid4().hex[:6]}"
     # spotpool-<namespace>-<pool> named both spotpool-<base>-b-x.
     pools = [(world.namespace("s", base), "b-x"), (world.namespace("s", f"{base}-b"), "x")]
-    grants = {name: _role_grant(ns) for name, (ns, _) in zip(ROLE_POLICIES, pools, strict=True)}
-    _apply_policies(operator.kube, grants)
-    for namespace, name in pools:
-        operator.apply(namespace, _own_identity(name, minimum=1, assumeRole={"roleArn": ROLE}))
+    grants = zip(ROLE_POLICIES, pools, ROLES, strict=True)
+    _apply_policies(operator.kube, {name: _role_grant(ns, r) for name, (ns, _), r in grants})
+    for (namespace, name), role_arn in zip(pools, ROLES, strict=True):
+        manifest = _own_identity(name, minimum=1, assumeRole={"roleArn": role_arn})
+        operator.apply(namespace, manifest)
     ready = [operator.wait_ready(namespace, name, 1) for namespace, name in pools]
     world.sessions = Sessions(
         [(ns, name, pool["metadata"]["uid"]) for (ns, name), pool in zip(pools, ready, strict=True)]
@@ -258,32 +260,35 @@ def test_two_pools_whose_session_names_were_one_get_two(world: GrantWorld) -> No
 def test_a_withdrawn_role_is_used_by_nothing_within_one_probe_period(world: GrantWorld) -> None:
     assert world.sessions is not None, "needs the pools of the session test"
     operator = world.operator
-    (kept_ns, kept, _), (revoked_ns, revoked, uid) = world.sessions.pools
+    _, (revoked_ns, revoked, uid) = world.sessions.pools
     before = operator.cloud(uid)
     withdrawn = time.time()  # its policy grants the role no more (and nothing else does)
-    _apply_policies(operator.kube, {ROLE_POLICIES[1]: _role_grant(revoked_ns, role=False)})
+    _apply_policies(operator.kube, {ROLE_POLICIES[1]: _role_grant(revoked_ns, None)})
     time.sleep(max(0.0, withdrawn + WITHIN + WATCHED - time.time()))
 
-    after = [c for c in world.requests() if c["Time"] > withdrawn + WITHIN]
-    revoked_session = f"spotpool_{revoked_ns}_{revoked}"
-
-    def as_session(session: str) -> list[str]:
+    def as_role(launcher: str, since: float) -> list[dict[str, Any]]:
+        """Calls signed as the role (any session), and its assumptions, since `since`."""
         return [
-            c["Action"]
-            for c in after
-            if str(c.get("Caller", "")).endswith(f"/{session}")
-            or (c["Params"] or {}).get("RoleSessionName") == session
+            c
+            for c in world.requests()
+            if c["Time"] > since
+            and (
+                f"assumed-role/{launcher}/" in str(c.get("Caller", ""))
+                or (c["Params"] or {}).get("RoleArn", "").endswith(f"/{launcher}")
+            )
         ]
 
-    used = [c["Time"] - withdrawn for c in world.requests() if c["Time"] > withdrawn
-            and str(c.get("Caller", "")).endswith(f"/{revoked_session}")]  # fmt: skip
-    last = max(used, default=0.0)
-    print(f"the withdrawn grant's session: last call {last:.1f} s after the withdrawal")
-    assert as_session(revoked_session) == []  # no look, no price read, no sweep, no renewal
-    assert as_session(f"spotpool_{kept_ns}_{kept}"), "the pool still granted goes on"
+    last = max((c["Time"] - withdrawn for c in as_role(LAUNCHERS[1], withdrawn)), default=0.0)
+    print(f"the withdrawn role: last call {last:.1f} s after the withdrawal")
+    used = [c["Action"] for c in as_role(LAUNCHERS[1], withdrawn + WITHIN)]
+    assert used == []  # no look, no price read, no sweep, no renewal
+    assert as_role(LAUNCHERS[0], withdrawn + WITHIN), "the pool still granted goes on"
+    own = f"assumed-role/spotpool-operator/spotpool_{revoked_ns}_{revoked}"
+    assert not [c for c in world.requests() if c["Time"] > withdrawn + WITHIN
+                and str(c.get("Caller", "")).endswith(own)]  # its operator session too  # fmt: skip
     assert operator.cloud(uid) == before  # nothing launched, nothing terminated
     condition = operator.condition(revoked_ns, revoked, "Degraded")  # and the pool says why
-    assert condition.get("reason") == "RoleNotAllowed" and ROLE in condition["message"]
+    assert condition.get("reason") == "RoleNotAllowed" and ROLES[1] in condition["message"]
     changed = datetime.fromisoformat(condition["lastTransitionTime"]).timestamp()
     assert changed - withdrawn < WITHIN, f"said {changed - withdrawn:.0f} s after"
     print(f"the pool said why {changed - withdrawn:.0f} s after")
