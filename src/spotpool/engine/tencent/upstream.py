@@ -1,8 +1,9 @@
 """The API proxy's leg to the cloud: one handler thread's connections, and how a call is sent
 again when its answer does not come (write_safety.Kind).
 
-- A read is sent again once on a connection error (a kept-alive connection the far end had
-  closed, most often).
+- A read is sent again on a connection error (a kept-alive connection the far end had closed,
+  most often), a 5xx, InternalError or RequestLimitExceeded, up to `READ_TRIES` times, each
+  repeat taking its rate token: one bad answer does not fail a whole Pulumi run.
 - A create carries its ClientToken: sent again with it, after a pause, on a lost answer, a
   5xx or InternalError, up to `CREATE_TRIES` times — the cloud answers a repeat with the same
   instance. A write whose repeat the cloud takes as the same (tags, a name, a termination)
@@ -32,7 +33,12 @@ from spotpool.engine.tencent.write_safety import (
 UPSTREAM_TIMEOUT = 120.0
 CREATE_TRIES = 6  # a create's sends at most, one token: ~6 s of pauses in all
 FIRST_PAUSE = 0.2
+READ_TRIES = 4  # a read's sends at most: throttled, failed or unanswered, it is asked again
 CATCH_UP_FOR = 30.0  # seconds a DescribeInstances waits for a launch to be listed, a call
+
+
+_TRIES = {Kind.CREATE: CREATE_TRIES, Kind.IDEMPOTENT: CREATE_TRIES, Kind.READ: READ_TRIES,
+          Kind.WRITE: 2}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -89,8 +95,8 @@ class Upstreams:
         `again()` is asked before every repeat (the fence, the rate token) and stops them
         when False. Raises Lost when the last send went out and no answer came."""
         scheme, host, target = destination
-        repeatable = kind in (Kind.CREATE, Kind.IDEMPOTENT)
-        tries = CREATE_TRIES if repeatable else 2
+        repeatable = kind is not Kind.WRITE
+        tries = _TRIES[kind]
         pause = FIRST_PAUSE
         unsure = False  # an earlier send went out and its answer did not come back
         for attempt in range(1, tries + 1):

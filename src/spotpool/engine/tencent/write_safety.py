@@ -163,11 +163,12 @@ def error_code(reply: bytes) -> str | None:
 
 
 def retry_repeatable(status: int, reply: bytes) -> bool:
-    """A create (with its token) or an idempotent write answered so may be sent again: a 5xx,
-    or the cloud's own InternalError (the same token gets the same instance, if the first one
-    made it; the same tags are the same tags)."""
+    """A read, a create (with its token) or an idempotent write answered so may be sent again:
+    a 5xx, the cloud's own InternalError (the same token gets the same instance, if the first
+    one made it; the same tags are the same tags), or a throttling (nothing was done)."""
     code = error_code(reply) or ""
-    return status >= 500 or code == "InternalError" or code.startswith("InternalError.")
+    family = code.split(".", 1)[0]
+    return status >= 500 or family in ("InternalError", "RequestLimitExceeded")
 
 
 def repeat_settled(action: str, reply: bytes) -> bytes:
