@@ -85,6 +85,7 @@ LONGEST_FIRST = (
     "e2e/test_operator",  # 125
     "e2e/test_limits_held",  # 110
     "e2e/test_deploy",  # 98
+    "e2e/test_misbehaving_cloud",  # 72-124: lost answers, a lagging listing, throttling
     "e2e/test_notice_bounds",  # 89
     "e2e/test_notices",  # 70
     "engine/test_engine_emulator",  # 57
@@ -92,6 +93,7 @@ LONGEST_FIRST = (
     "e2e/test_helm",  # 53
     "e2e/test_drift",  # 50
     "e2e/test_on_notice",  # 49
+    "engine/test_lost_answers",  # 33-65
     "engine/test_surge",  # 47
     "engine/test_preview",  # 47
 )
