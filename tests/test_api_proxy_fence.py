@@ -20,8 +20,8 @@ from pydantic import SecretStr
 from spotpool.engine.fencing import run_fence
 from spotpool.engine.tencent import tc3
 from spotpool.engine.tencent.api_proxy import FENCED_CODE, ApiProxy
-from spotpool.engine.tencent.proxy_routing import run_token
 from spotpool.engine.tencent.credentials import Credentials
+from spotpool.engine.tencent.proxy_routing import run_token
 from spotpool.engine.tencent.ratelimit import Buckets, RateLimits
 
 pytestmark = pytest.mark.unit
