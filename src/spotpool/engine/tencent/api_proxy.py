@@ -62,7 +62,7 @@ from pydantic import SecretStr
 
 from spotpool.engine.tencent import tc3
 from spotpool.engine.tencent.credentials import Credentials
-from spotpool.engine.tencent.identities import CREDENTIALS
+from spotpool.engine.tencent.identities import CREDENTIALS, Revoked
 from spotpool.engine.tencent.proxy_requests import (
     BadRequest,
     BoundedHandler,
@@ -199,7 +199,11 @@ class _Handler(BoundedHandler):
             body, create = self._recorded_create(body, issued)
             if create is None:
                 return  # refused, and said so
-        replaced = self._resigned(body, live)
+        try:
+            replaced = self._resigned(body, live)
+        except Revoked as revoked:
+            self._deny(f"the run's identity was withdrawn ({revoked.code})")
+            return
         headers = [
             (k, v)
             for k, v in self.headers.items()
@@ -277,8 +281,14 @@ class _Handler(BoundedHandler):
     def _resigned(self, body: bytes, live: Credentials) -> dict[str, str]:
         """Headers that sign the call with the run's real keys (temporary ones renewed right
         now if due)."""
-        # The wait for a token may have outlasted a renewal point.
-        live = _live_keys(live.current) or live
+        # The wait for a token may have outlasted a renewal point (or a withdrawn grant:
+        # Revoked goes up, the call is refused, never signed with the keys held before).
+        try:
+            live = live.current() or live
+        except Revoked:
+            raise
+        except StsError as error:
+            log.warning("a run's call goes unrenewed: STS answered %s", error.code)
         query = urlsplit(self.path).query
         headers = {k: v for k, v in self.headers.items()}
         replaced = tc3.resign(self.command, query, headers, body, live, time.time()) or {}
