@@ -5,6 +5,7 @@ status; the endpoint caps connections and rates."""
 
 import asyncio
 import json
+import math
 import select
 import socket
 import time
@@ -230,7 +231,7 @@ def test_the_endpoint_caps_connections_and_rates(tmp_path: Path) -> None:
                           peer_burst=10)  # fmt: skip
     port = free_port()
 
-    async def scenario() -> tuple[int, int, int, list[int]]:
+    async def scenario() -> tuple[int, int, int, list[int], float]:
         server = NoticeServer(world.reconciler, "127.0.0.1", port, limits)
         await server.start()
         try:
@@ -241,15 +242,19 @@ def test_the_endpoint_caps_connections_and_rates(tmp_path: Path) -> None:
             after_life = await asyncio.to_thread(_still_open, socks)
             for sock in socks:
                 sock.close()
+            flooded = time.monotonic()
             codes = await asyncio.to_thread(_flood, port, 40)
-            return held, after_life, server.refused_connections, codes
+            refill = (time.monotonic() - flooded) * limits.peer_reports_per_second
+            return held, after_life, server.refused_connections, codes, refill
         finally:
             await server.stop()
 
-    held, after_life, refused, codes = run(scenario())
+    held, after_life, refused, codes, refill = run(scenario())
     assert held == limits.connections_per_peer and refused == 50 - held
     assert after_life == 0  # a connection lives connection_life at most, idle or not
-    assert codes.count(429) >= 40 - limits.peer_burst - 5 and 400 in codes
+    # All but the burst and what the bucket refilled while the flood ran (slow on a busy
+    # machine) are refused.
+    assert codes.count(429) >= 40 - limits.peer_burst - math.ceil(refill) - 1 and 400 in codes
     assert _counted(world, "rate_limited") == codes.count(429)
 
 

@@ -265,7 +265,9 @@ def test_report_mode_reports_a_leak_and_terminates_nothing(
     c, leak = rebuilt, shared.reported
 
     def found() -> list[str]:  # the log's: "gone" was never a pool of this install (no Event)
-        return re.findall(rf"would terminate instance {leak}[^\n]*", c.log.read_text("replace"))
+        return re.findall(
+            rf"would terminate instance {leak}[^\n]*", c.log.read_text(errors="replace")
+        )
 
     (message,) = c.wait_until(found, "the OrphanFound line", timeout=60)
     assert "not a pool this install served, no Event" in message
