@@ -36,13 +36,18 @@ def test_lost_answers_and_a_lagging_listing_make_one_instance_a_slot(world: Engi
     stack = world.pool()
     _misbehave(world, LoseAnswers={"Rate": 0.5}, ListingLagSeconds=3)
 
-    result = stack.up(world.config(stack, 4))  # the provider's polls would crash on the lag
+    for _ in range(3):  # the provider's polls would crash on the lag
+        try:
+            result = stack.up(world.config(stack, 10))
+            break
+        except EngineError:  # one create lost all 6 answers (1 in 64): the next up adopts it
+            continue
 
     held = sorted(i.instance_id for i in result.instances)
     lost = world.emulator.lost_answers()
-    assert lost.get("RunInstances", 0) >= 1, lost  # the seedless draw: 4 tries at 50 %, ~94 %
+    assert lost.get("RunInstances", 0) >= 1, lost  # 10 creates at 50 %: none lost 1 in 1,024
     assert sorted(_made(world, stack.pool.uid)) == held  # no second instance for any slot
-    assert len(held) == 4
+    assert len(held) == 10
     assert dead_runs.read(stack).creates == {}  # every create held: its record settled
 
 

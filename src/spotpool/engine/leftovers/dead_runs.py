@@ -34,7 +34,7 @@ from spotpool.engine.state.backend_files import ROOT, BackendFiles, open_backend
 from spotpool.engine.tencent.write_safety import CreateJournal, CreateRecord, OutstandingCreates
 
 SUFFIX = ".spotpool-dead-run"
-LISTING_LAG = 30.0  # seconds after a create by which any listing shows what it made
+LISTING_LAG = 15.0  # seconds after a create by which any listing shows what it made
 MAX_OUTSTANDING = 3  # unsettled creates of one slot, at most
 _CREATE = re.compile(r"\.(\d+|x)-(\d+)-[0-9a-f]+$")
 
@@ -106,6 +106,13 @@ def _ids_in(files: BackendFiles, key: str) -> list[str]:
     except Exception:
         return []
     return [i for i in ids if isinstance(i, str)]
+
+
+def lag_left(records: Unsettled) -> float:
+    """Seconds until every unanswered create of `records` is old enough for any listing to
+    show what it made (0 when there is none)."""
+    now = time.time()
+    return max([LISTING_LAG - (now - records.creates[key]) for key in records.unanswered] + [0.0])
 
 
 def recorded(pool: StackView) -> frozenset[int]:

@@ -139,13 +139,19 @@ class PoolStack:
             surge, promote = surge_plan(set(owned), set(surging), config.count)
             launched = launched.without(promote)  # a surge instance takes these slots
             config = launched.placed(pinned(config, applied_config_in(state), promote), owned)
+            # What this install's failed creates made must be listed before the sweep decides
+            # (or the slot gets a second instance): their ids waited for, and an unanswered
+            # one's listing lag waited out (dead_runs.LISTING_LAG at most).
+            records = dead_runs.read(self, with_ids=True) if self.dead_run_slots else None
+            if records is not None and (lag := dead_runs.lag_left(records)) > 0:
+                time.sleep(lag)
             swept_at = time.time()
             orphans = recovery.sweep_orphans(
                 self, config, owned, cap=config.count,
                 dead_run_slots=self.dead_run_slots | frozenset(launched.free(owned)),
                 held=frozenset(surging.values()) | launched.protected(owned),
                 expected=frozenset(lt.instance_id for lt in launched.slots.values()
-                                   if lt.instance_id),
+                                   if lt.instance_id) | frozenset(records.ids if records else ()),
             )  # fmt: skip
             config = config.adopting(orphans.adoptable)
             # The fast path's launches adopted as planned are its replacements, said once by
