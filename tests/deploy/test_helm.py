@@ -128,6 +128,8 @@ def test_names_follow_name_and_fullname_overrides_never_the_release() -> None:
             "Service/spotpool-system/pools-metrics", "ConfigMap/spotpool-system/pools-dashboard",
             "ClusterRole/pools-spotpool-system-scan",
             "ClusterRoleBinding/pools-spotpool-system-scan",
+            "ClusterRole/pools-spotpool-system-nodes",
+            "ClusterRoleBinding/pools-spotpool-system-nodes",
             "Role/spotpool-system/pools-lease", "RoleBinding/spotpool-system/pools-lease",
             "Role/team-a/pools", "RoleBinding/team-a/pools",
             "ValidatingAdmissionPolicy/pools-spotpool-system-access",

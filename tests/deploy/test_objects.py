@@ -37,6 +37,14 @@ LABEL_RULES = [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]
 NAMESPACE_RULES = [
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}
 ]
+# Pools whose instances are nodes (docs/nodes.md): their Nodes found, labelled, cordoned and
+# deleted, their pods (of any namespace) listed and evicted through the Eviction API.
+NODE_RULES = [
+    {"apiGroups": [""], "resources": ["nodes"],
+     "verbs": ["get", "list", "watch", "patch", "delete"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+]  # fmt: skip
 
 
 def _run_params(monkeypatch: pytest.MonkeyPatch, variables: dict[str, str]) -> dict[str, Any]:
@@ -54,7 +62,8 @@ def test_all_namespaces_get_one_cluster_role_and_nothing_namespaced() -> None:
     prefix = "spotpool-operator-spotpool-system"
     assert found[f"ClusterRole/{prefix}-pools"]["rules"] == POOL_RULES
     assert found[f"ClusterRole/{prefix}-scan"]["rules"] == CRD_RULES + LABEL_RULES  # no list
-    for role in ("pools", "scan"):
+    assert found[f"ClusterRole/{prefix}-nodes"]["rules"] == NODE_RULES
+    for role in ("pools", "scan", "nodes"):
         binding = found[f"ClusterRoleBinding/{prefix}-{role}"]
         assert binding["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
@@ -78,7 +87,7 @@ def test_watched_namespaces_each_get_a_role_and_no_cluster_wide_pool_rights() ->
         assert binding["subjects"][0]["namespace"] == "spotpool-system"
     cluster_roles = [o for o in found.values() if o["kind"] == "ClusterRole"]
     # kopf matches its namespace patterns against the listed namespaces (read-only).
-    assert [role["rules"] for role in cluster_roles] == [CRD_RULES + NAMESPACE_RULES]
+    assert [role["rules"] for role in cluster_roles] == [CRD_RULES + NAMESPACE_RULES, NODE_RULES]
     assert "Role/spotpool-system/spotpool-operator" not in found  # its own ns is not watched
     variables = env(list(found.values()))
     assert variables["SPOTPOOL_NAMESPACE"] == "team-a,team-b"
@@ -123,6 +132,8 @@ def test_no_rule_grants_wildcards_deletes_pods_nodes_leases_or_peering() -> None
             for rule in obj.get("rules", []):
                 if rule["apiGroups"] == ["coordination.k8s.io"] or rule in INTERRUPTION_RULES:
                     continue  # the Lease Role's: the test above
+                if rule in NODE_RULES:
+                    continue  # the nodes ClusterRole's: the test below
                 assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
                 assert not {"delete", "deletecollection", "create", "update", "escalate",
                             "bind", "impersonate"} & set(rule["verbs"]) - (
@@ -134,6 +145,21 @@ def test_no_rule_grants_wildcards_deletes_pods_nodes_leases_or_peering() -> None
                 assert not {"kopf.dev", "coordination.k8s.io"} & set(rule["apiGroups"])
                 if "secrets" in rule["resources"]:
                     assert rule["verbs"] == ["get"]
+
+
+def test_node_rights_are_a_cluster_role_of_their_own_that_nodeRights_false_leaves_out() -> None:
+    prefix = "spotpool-operator-spotpool-system"
+    for values in ({}, {"watchNamespaces": ["team-a"]}):
+        found = by_identity(objects(values))
+        granting = [o for o in found.values()
+                    if any(r in NODE_RULES for r in o.get("rules", []))]  # fmt: skip
+        assert [o["metadata"]["name"] for o in granting] == [f"{prefix}-nodes"]
+        assert granting[0]["kind"] == "ClusterRole" and granting[0]["rules"] == NODE_RULES
+    off = by_identity(objects({"nodeRights": False}))
+    assert f"ClusterRole/{prefix}-nodes" not in off
+    assert f"ClusterRoleBinding/{prefix}-nodes" not in off
+    assert not [r for o in off.values() for r in o.get("rules", [])
+                if {"nodes", "pods", "pods/eviction"} & set(r["resources"])]  # fmt: skip
 
 
 def test_the_deployment_runs_locked_down_with_probes_on_kopfs_liveness_port() -> None:

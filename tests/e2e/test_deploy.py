@@ -50,7 +50,7 @@ def test_the_kustomization_installs_everything_as_configured_and_deletes_cleanly
 ) -> None:
     wanted = installs.objects(installs.KUSTOMIZE)
     kinds = [obj["kind"] for obj in wanted]
-    assert kinds.count("ClusterRole") == 2 and "Deployment" in kinds
+    assert kinds.count("ClusterRole") == 3 and "Deployment" in kinds
     roles = [
         (o["metadata"]["namespace"], o["metadata"]["name"]) for o in wanted if o["kind"] == "Role"
     ]

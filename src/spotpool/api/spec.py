@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from spotpool.api.identity import AssumeRole
+from spotpool.api.nodes import NodesSpec
 
 GROUP = "devops.jokerbai.com"
 VERSION = "v1"
@@ -452,6 +453,14 @@ class SpotpoolSpec(Model):
         pattern=r"^ps-[0-9a-z]+$",
         max_length=64,
         description="Placement (disaster recovery) group (ps-...) of every instance.",
+    )
+    nodes: NodesSpec | None = Field(
+        None,
+        description="The instances join this cluster as nodes (their userData joins them; "
+        "docs/nodes.md): the operator labels and taints each Node, shows which slot is which "
+        "node, replaces an instance whose Node is not Ready in time, drains a node before a "
+        "notice's reclaim or a voluntary termination, and deletes the Node of an instance the "
+        "cloud took. Unset: the instances are not treated as nodes.",
     )
     operator_class: str | None = Field(
         None,

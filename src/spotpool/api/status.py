@@ -6,6 +6,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from spotpool.api.drift import InstanceDrift
+from spotpool.api.nodes import NodeSlot
 from spotpool.api.spec import Model
 
 
@@ -248,4 +249,8 @@ class SpotpoolStatus(Model):
         default_factory=list,
         description="Instances the last full refresh found changed outside the operator, with "
         "the fields (what the spec sets, what the cloud has); see spec.driftPolicy.",
+    )
+    nodes: list[NodeSlot] = Field(
+        default_factory=list,
+        description="With spec.nodes: which node holds each slot, and whether it is Ready.",
     )

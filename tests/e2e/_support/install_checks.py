@@ -57,6 +57,15 @@ def pod_is_admitted(kube: Kube, deployment: dict[str, Any]) -> None:
     assert "PodSecurity" not in result.stderr, result.stderr
 
 
+# Pools whose instances are nodes (the chart's nodeRights, docs/nodes.md): their Nodes and the
+# pods on them, of any namespace, evicted through the Eviction API (PDBs honoured).
+NODE_RIGHTS = {
+    ("nodes", "get list watch patch delete"),
+    ("pods", "list"),
+    ("pods/eviction", "create"),
+}
+
+
 def nothing_more(kube: Kube, account: str, namespace: str, scan: set[tuple[str, str]]) -> None:
     """The account's whole list of rights in `namespace`, and a few it must never have."""
     assert installs.granted(kube, account, namespace) == {
@@ -67,13 +76,15 @@ def nothing_more(kube: Kube, account: str, namespace: str, scan: set[tuple[str, 
         (CRDS, "get list watch"),
         *ACCESS,
         *(scan or {NAMESPACE_LABELS}),
+        *NODE_RIGHTS,
     }
     never: list[tuple[str, ...]] = [
         ("list", "secrets"), ("watch", "secrets"), ("create", "secrets"), ("delete", "secrets"),
         ("create", POOLS), ("update", POOLS), ("delete", POOLS),
         ("patch", POOLS, "--subresource=scale"), ("update", POOLS, "--subresource=status"),
         ("patch", "events"), ("delete", "events"),
-        ("get", "pods"), ("list", "pods"), ("create", "pods"),
+        ("get", "pods"), ("watch", "pods"), ("create", "pods"), ("delete", "pods"),
+        ("update", "pods"), ("patch", "pods"),
         ("create", "pods", "--subresource=exec"),
         ("get", "configmaps"), ("create", "deployments.apps"),
         ("create", "leases.coordination.k8s.io"), ("get", "leases.coordination.k8s.io"),
@@ -84,7 +95,8 @@ def nothing_more(kube: Kube, account: str, namespace: str, scan: set[tuple[str, 
             verb, resource, extra,
         )  # fmt: skip
     for verb, resource in (
-        ("list", "nodes"), ("update", "namespaces"), ("delete", "namespaces"), ("delete", CRDS),
+        ("create", "nodes"), ("update", "nodes"), ("update", "namespaces"),
+        ("delete", "namespaces"), ("delete", CRDS),
         ("create", POLICIES), ("update", POLICIES), ("delete", POLICIES),
         ("create", CRDS),
         ("patch", CRDS), ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
