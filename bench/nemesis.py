@@ -250,7 +250,8 @@ class Cluster:
         return runs if queued == (aim == "freeze-bucket") else 0
 
     # --- the checks --------------------------------------------------------------------------
-    def check(self) -> dict[str, int]:
+    def check(self, since: float = 0.0) -> dict[str, int]:
+        """The findings; `since`: the round's start (epoch), its duplicates only."""
         instances = self.emulator.all_instances()
         ours = [i for i in instances if _tag(i, TAG_POOL_UID)]
         live = {i["InstanceId"]: i for i in ours
@@ -274,7 +275,7 @@ class Cluster:
             not_running += sum(live.get(i, {}).get("InstanceState") != "RUNNING" for i in named)
         logs = [w.log.read_text(errors="replace") for w in self.replicas.values()]
         return {
-            "duplicates": _overlapping_slots(ours),
+            "duplicates": _overlapping_slots(ours, since),
             "untracked": len(set(live) - tracked),
             "tracked_gone": len(tracked - running),  # the state names what the cloud no longer runs
             "locks": len(self.files.keys(f"{STATE}/locks/")),
@@ -394,10 +395,12 @@ def _lifetime(item: dict[str, Any]) -> tuple[float, float]:
     return born, _seconds(item.get("GoneTime")) if item.get("Gone") else float("inf")
 
 
-def _overlapping_slots(instances: list[dict[str, Any]]) -> int:
-    """Slots (pool uid, slot) that had two instances alive at one moment: each instance alive
-    from its creation until it was gone (the emulator's history, unrounded: an instance made
-    half a second before the one it replaces went counts)."""
+def _overlapping_slots(instances: list[dict[str, Any]], since: float = 0.0) -> int:
+    """Slots (pool uid, slot) that had two instances alive at one moment, that moment at or
+    after `since` (a round's start: an overlap of an earlier round is that round's, never
+    counted again): each instance alive from its creation until it was gone (the emulator's
+    history, unrounded: an instance made half a second before the one it replaces went
+    counts)."""
     by_slot: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for item in instances:
         if item["InstanceState"] == "LAUNCH_FAILED":
@@ -408,7 +411,7 @@ def _overlapping_slots(instances: list[dict[str, Any]]) -> int:
     doubled = 0
     for spans in by_slot.values():
         spans.sort()
-        doubled += any(b[0] < a[1] for a, b in itertools.pairwise(spans))
+        doubled += any(since <= b[0] < a[1] for a, b in itertools.pairwise(spans))
     return doubled
 
 
@@ -465,28 +468,44 @@ def run(cluster: Cluster, faults: list[str], args: argparse.Namespace) -> None:
     print("\t".join(header))
     hits: dict[str, int] = {f: 0 for f in faults}
     tried: dict[str, int] = {f: 0 for f in faults}
-    found: dict[str, int] = {}  # the checks' findings, over the rounds that hit
+    hit_counts: list[dict[str, int]] = []  # the checks' findings of the rounds that hit
     for number in range(1, args.rounds + 1):
         fault = faults[(number - 1) % len(faults)]
+        began = time.time()  # the emulator's clock is this host's: this round's overlaps
         cluster.fill()
         cluster.wait_settled(args.settle)
         reclaimed = cluster.storm()
         time.sleep(random.uniform(0, args.window))
         struck = cluster.strike(fault)
         settle = cluster.wait_settled(args.settle)
-        counts = cluster.check()
+        counts = cluster.check(began)
         tried[fault] += 1
         if struck["hit"]:
             hits[fault] += 1
-            for key, value in counts.items():
-                if key not in ("refused", "late_saves"):
-                    found[key] = found.get(key, 0) + max(0, value)
+            hit_counts.append(counts)
         row = [number, fault, struck["victim"], struck["in_flight"],
                "yes" if struck["hit"] else "no", reclaimed, f"{settle:.0f}",
                *counts.values()]  # fmt: skip
         print("\t".join(str(cell) for cell in row), flush=True)
     print("rounds that hit (of run): " + ", ".join(f"{f} {hits[f]}/{tried[f]}" for f in faults))
-    print("findings over the rounds that hit: " + ", ".join(f"{k} {v}" for k, v in found.items()))
+    print("findings over the rounds that hit: " + _findings(hit_counts))
+
+
+def _findings(rounds: list[dict[str, int]]) -> str:
+    """The checks' findings summed over rounds; a check that could not run (-1, a failed
+    preview) is said as such, never summed as 0."""
+    found: dict[str, int] = {}
+    failed: dict[str, int] = {}
+    for counts in rounds:
+        for key, value in counts.items():
+            if key in ("refused", "late_saves"):
+                continue
+            found[key] = found.get(key, 0) + max(0, value)
+            failed[key] = failed.get(key, 0) + (value < 0)
+    return ", ".join(
+        f"{key} {value}" + (f" (FAILED in {failed[key]} round(s))" if failed[key] else "")
+        for key, value in found.items()
+    )
 
 
 if __name__ == "__main__":

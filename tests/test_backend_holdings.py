@@ -59,13 +59,16 @@ def test_accounts_are_recorded_by_where_their_keys_come_from_never_the_keys(
     tmp_path: Path,
 ) -> None:
     backend = f"file://{tmp_path}"
-    spec = {"credentialsSecretRef": {"name": "keys"}, "region": "ap-singapore"}
+    # A spec with inline keys beside its Secret (the CRD refuses both; the record must not
+    # lean on that): the keys would reach the record if it copied more than the sources.
+    spec = {"credentialsSecretRef": {"name": "keys"}, "region": "ap-singapore",
+            "secretId": "AKID-inline", "secretKey": "inline-secret-key"}  # fmt: skip
     record = account_of("team-a", spec, "ap-singapore")
     assert record is not None
     assert account_of("team-a", {"secretId": "AKID", "secretKey": "k"}, "ap-singapore") is None
     save_account(backend, record)
     text = "".join(p.read_text() for p in (tmp_path / ".spotpool" / "accounts").iterdir())
-    assert "AKID" not in text and '"keys"' in text
+    assert "AKID" not in text and "inline-secret-key" not in text and '"keys"' in text
     assert recorded_accounts(backend, keep=3600) == [record]
     old = record.model_copy(update={"seen": time.time() - 7200})
     save_account(backend, old)

@@ -35,6 +35,24 @@ def test_two_lives_of_a_slot_overlapping_inside_one_second_are_a_duplicate() -> 
     assert nemesis._overlapping_slots(other_slot) == 0
 
 
+def test_an_overlap_counts_in_its_own_round_only() -> None:
+    """The emulator's whole history is listed every round: an overlap of round 1 is not a
+    duplicate of round 2 (begun at 2000)."""
+    earlier = [_instance("ins-a", "0", 1000.1, 1000.7), _instance("ins-b", "0", 1000.4, None)]
+    assert nemesis._overlapping_slots(earlier, since=1000.0) == 1
+    assert nemesis._overlapping_slots(earlier, since=2000.0) == 0
+    later = [*earlier, _instance("ins-c", "1", 2000.5, 2001.0),
+             _instance("ins-d", "1", 2000.8, None)]  # fmt: skip
+    assert nemesis._overlapping_slots(later, since=2000.0) == 1
+
+
+def test_a_failed_preview_stays_a_failure_in_the_summary() -> None:
+    rounds = [{"duplicates": 0, "changed_stacks": -1}, {"duplicates": 1, "changed_stacks": 0}]
+    summary = nemesis._findings(rounds)
+    assert "changed_stacks 0 (FAILED in 1 round(s))" in summary
+    assert "duplicates 1" in summary and "duplicates 1 (" not in summary
+
+
 def test_the_bucket_probe_reads_the_replicas_run_instances_fill() -> None:
     def world(text: str) -> Any:
         return SimpleNamespace(metrics=lambda: text)
