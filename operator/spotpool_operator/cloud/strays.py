@@ -105,6 +105,9 @@ class StraySweep:
         self._saved: dict[str, float] = {}  # record key -> when this process last wrote it
         self._recorded: set[str] = set()  # record keys found in the backend and resolved
         self.seen: dict[str, tuple[PoolIdentity, float]] = {}  # pool uid -> the pool, when
+        # Why no pass may run now (another live claimant of this identity: cloud/claims.py);
+        # asked in a thread right before each pass.
+        self.hold: Callable[[], str | None] = lambda: None
 
     @property
     def interval(self) -> float:
@@ -152,6 +155,11 @@ class StraySweep:
     async def sweep(self) -> list[Decision]:
         """One pass over every remembered key pair and region: what was terminated (or, in
         report mode, reported). One account's failure is its own."""
+        held = await asyncio.to_thread(self.hold)
+        if held is not None:  # a pool is seen missing twice anew once it ends
+            self.missing, self.passes = Missing(), self.passes + 1
+            log.debug("stray sweep %d: held, nothing swept: %s", self.passes, held)
+            return []
         keep = self.grace + KEEP_ACCOUNT
         await self._find_recorded(keep)
         for key in [k for k, a in self.accounts.items() if a.seen < time.time() - keep]:
