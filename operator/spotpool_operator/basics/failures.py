@@ -2,6 +2,7 @@
 
 from pulumi.automation import CommandError
 
+from spotpool.engine.basics.errors import IdentityConflict, StackHeldByAnotherCluster
 from spotpool.engine.stacks.stack import EngineError, OperationTimeout, StackLockedError
 from spotpool.engine.tencent.cloud_errors import Kind, codes_in
 
@@ -31,6 +32,10 @@ def classify(error: BaseException) -> PoolProblem:
     """Turn any failure into a PoolProblem; the message never holds more than the cause says."""
     if isinstance(error, PoolProblem):
         return error
+    if isinstance(error, IdentityConflict):
+        return PoolProblem("IdentityConflict", str(error))
+    if isinstance(error, StackHeldByAnotherCluster):
+        return PoolProblem("StackHeldByAnotherCluster", str(error))
     if isinstance(error, StackLockedError):
         return PoolProblem("StackLocked", str(error))
     if isinstance(error, OperationTimeout):

@@ -80,6 +80,17 @@ class OperatorSettings(BaseModel):
         "cluster's and install's, held by no stack, their pool missing for the orphan grace), "
         "report them only (Event OrphanFound, spotpool_orphans_reported_total), or off.",
     )
+    take_over_from: list[str] = Field(
+        default_factory=list,
+        description="Cluster ids whose stacks this cluster takes over (the admin says they are "
+        "gone for good); another live cluster's stack is otherwise never run from here.",
+    )
+    take_over_after: float = Field(
+        7 * 86400.0,
+        ge=0,
+        description="Seconds after another cluster's newest claim a stack it holds is taken "
+        "over without being named (0: only when named).",
+    )
     backoff_base: float = Field(10.0, gt=0, description="First retry delay after a failure.")
     backoff_max: float = Field(300.0, gt=0, description="Longest retry delay after failures.")
     metrics_host: str = Field("127.0.0.1", description="Address of the metrics and health port.")

@@ -1,13 +1,14 @@
 """Deletion (the finalizer): destroy the stack, or forget it and keep the instances — and
 always end or say why, even when the pool's Secret is gone."""
 
+import asyncio
 from datetime import datetime
 
 from pydantic import ValidationError
 
 from spotpool.api.spec import DeletionPolicy, SpotpoolSpec
 from spotpool.api.status import SpotpoolStatus
-from spotpool.engine.basics.errors import InstancesRemain
+from spotpool.engine.basics.errors import InstancesRemain, StackHeldByAnotherCluster
 from spotpool.engine.leftovers.accounts import account_of
 from spotpool.engine.tencent.credentials import Credentials
 from spotpool_operator.basics.failures import PoolProblem, classify
@@ -54,6 +55,8 @@ class Deletion(PoolWork):
             if problem is None and self.strays is not None:  # a late instance is swept with it
                 record = account_of(ref.namespace, ref.spec, region)
                 self.strays.remember(credentials, region, record, ref.identity)
+            if await self._held_elsewhere(ref, engine):
+                return
             try:
                 if retain:
                     # Surges too: Retain forgets nothing it owns.
@@ -110,6 +113,27 @@ class Deletion(PoolWork):
                 await self._fail(pool, ref, pool.status, "destroy", found, started)
                 raise found from None
         self.forget(ref)
+
+    async def _held_elsewhere(self, ref: PoolRef, engine: object) -> bool:
+        """The stack is another live cluster's (a backend shared by mistake): deleting this
+        pool leaves it and its instances to that cluster, and says so. True: deleted."""
+        guard = self.settings.engine.guard
+        if guard is None:
+            return False
+        try:
+            await asyncio.to_thread(guard.check, engine)
+        except StackHeldByAnotherCluster as held:
+            self.events.post(
+                ref.event_ref(), "Warning", "StackHeldByAnotherCluster",
+                f"pool deleted; its stack and every instance it holds stay cluster "
+                f"{held.holder}'s, untouched: {held}"[:1000],
+            )  # fmt: skip
+            await self._release(ref)
+            self.forget(ref)
+            return True
+        except Exception:  # a rival's claim, an unreadable backend: the destroy says so
+            return False
+        return False
 
     async def _wait_for_instances(
         self, pool: PoolState, ref: PoolRef, remain: InstancesRemain, started: datetime

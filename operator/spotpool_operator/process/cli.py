@@ -279,6 +279,21 @@ def run(
         "terminated. Default: the kube-system Namespace's uid. Set it to keep a cluster's "
         "identity across a rebuild on purpose.",
     ),
+    take_over_from: list[str] = typer.Option(
+        [],
+        "--take-over-from",
+        envvar="SPOTPOOL_TAKE_OVER_FROM",
+        help="A cluster id (repeat, or comma-separate) whose stacks in the backend this "
+        "cluster takes over: the cluster is gone for good (rebuilt, lost). Without it, a stack "
+        "another cluster runs is never run from here (Event StackHeldByAnotherCluster).",
+    ),
+    take_over_after: str = typer.Option(
+        "168h",
+        "--take-over-after",
+        envvar="SPOTPOOL_TAKE_OVER_AFTER",
+        help="A stack another cluster runs is taken over without --take-over-from once that "
+        "cluster's operator has not renewed its claim for this long (0: never).",
+    ),
     sweep: SweepMode = typer.Option(
         "terminate",
         "--sweep",
@@ -469,6 +484,8 @@ def run(
             max_concurrent_per_account=max_concurrent_per_account,
             fast_launch=fast_launch,
             sweep=sweep.value,
+            take_over_from=[p.strip() for i in take_over_from for p in i.split(",") if p.strip()],
+            take_over_after=_duration(take_over_after, "--take-over-after"),
             rate_limits=_rate_limits(api_limit),
             metrics_host=metrics_host,
             metrics_port=metrics_port,

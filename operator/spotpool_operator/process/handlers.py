@@ -199,6 +199,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
         if reconciler.strays is not None:
             memo["strays"] = asyncio.create_task(reconciler.strays.run(), name="stray-sweep")
         memo["grants"] = asyncio.create_task(reconciler.keep_checking_grants(), name="grants")
+        memo["claims"] = asyncio.create_task(reconciler.keep_claiming(), name="claims")
         if isinstance(reconciler.cluster, KubeCluster):  # the access policies' use
             served = None if settings.all_namespaces else list(settings.namespaces)
             first = (lambda: shards.holds(0)) if shards is not None else (lambda: True)
@@ -229,7 +230,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
         server = memo.get("notices")
         if isinstance(server, NoticeServer):
             await server.stop()
-        for name in ("learner", "policies", "grants", "strays", "probe", "shards"):
+        for name in ("learner", "policies", "grants", "claims", "strays", "probe", "shards"):
             task = memo.get(name)
             if isinstance(task, asyncio.Task):
                 task.cancel()

@@ -5,6 +5,7 @@ import os
 import socket
 from collections.abc import Callable
 from functools import partial
+from uuid import uuid4
 
 import kopf
 
@@ -15,12 +16,14 @@ from spotpool.engine.fencing.processes import kill_runs
 from spotpool.engine.leftovers.accounts import AccountRecord, recorded_accounts, save_account
 from spotpool.engine.leftovers.holdings import backend_holdings
 from spotpool.engine.stacks.stack import PoolStack, forget_stack
+from spotpool.engine.stacks.stack_guard import StackOwnership
 from spotpool.engine.tencent import cloud
 from spotpool.engine.tencent.credentials import Credentials
 from spotpool.engine.tencent.ratelimit import BUCKETS
 from spotpool_operator.basics.credentials import credentials_of
 from spotpool_operator.basics.settings import OperatorSettings
 from spotpool_operator.cloud.capacity import Capacity, CapacitySettings, stock_lister
+from spotpool_operator.cloud.claims import IdentityClaims, lease_holders
 from spotpool_operator.cloud.cost import PriceBook, gpu_lister, price_lister
 from spotpool_operator.cloud.fleet import FleetProbe
 from spotpool_operator.cloud.interruptions import (
@@ -62,7 +65,7 @@ def run(settings: OperatorSettings) -> None:
         metrics.serve(settings.metrics_host, settings.metrics_port)
     cluster = KubeCluster()
     warn_about_lease_home(cluster.core(), settings.lease_namespace)
-    _identify_cluster(settings, cluster)
+    kube_uid = _identify_cluster(settings, cluster)
     host, pid = socket.gethostname(), os.getpid()
     shards = None
     if settings.lease_namespace:
@@ -74,6 +77,7 @@ def run(settings: OperatorSettings) -> None:
             duration=settings.lease_duration,
             registry=metrics.registry,
         )
+    claims = identity_claims(settings, cluster, shards, kube_uid)
     settings.engine.writer = Writer(host, pid, None)  # each pool's engine: its shard's Lease
 
     def engine(
@@ -122,8 +126,10 @@ def run(settings: OperatorSettings) -> None:
         ),
         prices=prices,
     )
+    reconciler.claims = claims
     if settings.sweep != "off":
         reconciler.strays = _stray_sweep(settings, cluster, fleet, shards, metrics)
+        reconciler.strays.hold = claims.check  # a fresh verdict right before each pass
     registry = kopf.OperatorRegistry()
     handlers.register(registry, reconciler)
     kopf_settings = kopf.OperatorSettings()
@@ -154,21 +160,64 @@ def run(settings: OperatorSettings) -> None:
         reconciler.close()
 
 
-def _identify_cluster(settings: OperatorSettings, cluster: KubeCluster) -> None:
+def _identify_cluster(settings: OperatorSettings, cluster: KubeCluster) -> str | None:
     """The cluster's identity, tagged on every instance beside the install's: --cluster-id, or
-    the kube-system Namespace's uid. Without it nothing could be proven this cluster's."""
-    if settings.engine.cluster_id:
-        log.info("cluster id %s (--cluster-id)", settings.engine.cluster_id)
-        return
+    the kube-system Namespace's uid (returned, when it could be read). Without it nothing could
+    be proven this cluster's."""
+    explicit = settings.engine.cluster_id
     try:
-        settings.engine.cluster_id = cluster.cluster_uid()
+        kube_uid: str | None = cluster.cluster_uid()
     except Exception as error:
-        raise SystemExit(
-            f"cannot read the kube-system Namespace for the cluster's identity ({error}): grant "
-            "the operator `get` on namespaces/kube-system (the chart does), or set --cluster-id "
-            "(SPOTPOOL_CLUSTER_ID, chart value clusterId)"
-        ) from None
+        if not explicit:
+            raise SystemExit(
+                f"cannot read the kube-system Namespace for the cluster's identity ({error}): "
+                "grant the operator `get` on namespaces/kube-system (the chart does), or set "
+                "--cluster-id (SPOTPOOL_CLUSTER_ID, chart value clusterId)"
+            ) from None
+        kube_uid = None
+    if explicit:
+        if kube_uid is not None and explicit != kube_uid:
+            # A copied value makes two live clusters one: the claims (cloud/claims.py) hold
+            # both then, but a person should know at start.
+            log.warning(
+                "cluster id %s (--cluster-id) differs from this cluster's kube-system uid %s: "
+                "every instance is tagged with %s; no other live cluster may use it "
+                "(docs/shards.md, 'One identity, one cluster')", explicit, kube_uid, explicit,
+            )  # fmt: skip
+        else:
+            log.info("cluster id %s (--cluster-id)", explicit)
+        return kube_uid
+    settings.engine.cluster_id = kube_uid
     log.info("cluster id %s (the kube-system Namespace's uid)", settings.engine.cluster_id)
+    return kube_uid
+
+
+def identity_claims(
+    settings: OperatorSettings, cluster: KubeCluster, shards: ShardLeases | None,
+    kube_uid: str | None,
+) -> IdentityClaims:  # fmt: skip
+    """This process's claim of its identity, written and checked once before anything is
+    served; every stack run asks it (and the stacks' holder records) through the engine's
+    guard."""
+    engine = settings.engine
+    assert engine.cluster_id is not None
+    nonce = shards.identity if shards is not None else f"{socket.gethostname()}_{uuid4().hex[:8]}"
+    lease = f"{settings.lease_namespace}/{settings.lease_name}" if shards is not None else None
+    holders = (
+        lease_holders(cluster.coordination(), settings.lease_namespace, settings.lease_name)
+        if shards is not None and settings.lease_namespace
+        else None
+    )
+    claims = IdentityClaims(
+        engine.backend_url, engine.cluster_id, engine.install_id, nonce, kube_uid, lease,
+        holders, settings.lease_duration,
+    )  # fmt: skip
+    claims.check()
+    engine.guard = StackOwnership(
+        engine.backend_url, engine.cluster_id, claims.conflict, settings.take_over_from,
+        settings.take_over_after, kube_uid,
+    )  # fmt: skip
+    return claims
 
 
 def _stray_sweep(

@@ -26,3 +26,17 @@ class InstancesRemain(EngineError):
             f"still in the cloud: {listed}. The stack is kept; deleting sweeps again once they "
             "are old enough to terminate or gone"
         )
+
+
+class IdentityConflict(EngineError):
+    """Another live operator claims this cluster's identity (leftovers/claims.py): no run that
+    could adopt, re-tag or terminate is started until a person resolves it."""
+
+
+class StackHeldByAnotherCluster(EngineError):
+    """The stack is run by another live cluster (its holder record or its instances' cluster
+    tag): it is never `up`'d, re-tagged or destroyed from here."""
+
+    def __init__(self, holder: str, message: str) -> None:
+        super().__init__(message)
+        self.holder = holder

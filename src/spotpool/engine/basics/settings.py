@@ -5,7 +5,7 @@ import hmac
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, SkipValidation
 
@@ -22,6 +22,18 @@ def state_root() -> Path:
 def repository_root() -> Path:
     """The directory holding Pulumi.yaml (the project) — the checkout this package runs from."""
     return Path(__file__).resolve().parents[4]
+
+
+class StackGuard(Protocol):
+    """Checked before any run that could adopt, re-tag or terminate (stacks/stack_guard.py)."""
+
+    def check(self, pool: Any) -> str | None:
+        """Raise when the stack is not this cluster's to run; a note when it was taken over."""
+        ...
+
+    def release(self, pool: Any) -> None:
+        """The stack is gone (destroyed or forgotten): it names no holder any more."""
+        ...
 
 
 MIN_PASSPHRASE = 16  # characters
@@ -85,6 +97,11 @@ class EngineSettings(BaseModel):
         None,
         exclude=True,
         description="Who this process is for lock breaking (its Lease); None: by hand.",
+    )
+    guard: Annotated[StackGuard | None, SkipValidation] = Field(
+        None,
+        exclude=True,
+        description="Whose stacks these are (claims and holder records); None: by hand.",
     )
     operation_timeout: float = Field(
         1800.0, gt=0, description="Seconds an operation may run before it is killed."

@@ -39,6 +39,8 @@ def operation(
     """
     started = time.monotonic()
     with stack_lock(pool.name):
+        guard = pool.settings.guard  # another live cluster's stack, or a rival: no run at all
+        taken = guard.check(pool) if guard is not None else None
         late = checkpoint_guard.undo_late_save(pool)  # before anything reads the state
         cached = known_already(pool)
         light = light and cached is not None and cached.repaired and not late
@@ -48,6 +50,8 @@ def operation(
         known = known_stack(pool, reselect=bool(mended))
         known.stack.forget_export()  # the state may have moved since this process looked
         result = OperationResult(kind=kind, stack=pool.name, seconds=0.0, recovered=late)
+        if taken:
+            result.recovered.append(taken)
         timeout = pool.settings.operation_timeout
         fired = threading.Event()
 

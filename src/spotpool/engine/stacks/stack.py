@@ -189,6 +189,8 @@ class PoolStack:
     ) -> FastLaunch:
         """The storm fast path: launch `slots`' next instances through the cloud API now;
         the next `up` (or `replace_slots`) adopts them (fast_launch.py)."""
+        if self.settings.guard is not None:
+            self.settings.guard.check(self)
         return fast_launch.launch_replacements(self, config, slots, login_password)
 
     def replace_slots(
@@ -328,6 +330,8 @@ class PoolStack:
             if remove_stack:
                 stack.workspace.remove_stack(self.name)
                 forget_known(self)
+                if self.settings.guard is not None:
+                    self.settings.guard.release(self)
         return result
 
     def cancel(self) -> list[int]:
@@ -339,11 +343,15 @@ class PoolStack:
         """Drop the stack but leave its instances running (deletionPolicy Retain)."""
         held = list(self.held_instance_ids().values())  # named in the Retain record
         with stack_lock(self.name):
+            if self.settings.guard is not None:  # another cluster's stack is not ours to drop
+                self.settings.guard.check(self)
             mark_retained(self, held)  # or the sweep of deleted pools' instances takes them
             select_stack(self).workspace.remove_stack(self.name, force=True)
             launch_intents.forget(self)  # the fast path's instances stay, as the others
             dead_runs.settle(self, None)
             forget_known(self)
+            if self.settings.guard is not None:
+                self.settings.guard.release(self)
 
     def outputs(self) -> list[SlotOutput]:
         return instances_of(select_stack(self).outputs())
