@@ -1,0 +1,58 @@
+"""The few core/v1 calls the node jobs make, as plain JSON (the official client's models are
+not needed, and dicts are what the api module's rules read). Blocking: run them in threads."""
+
+import json
+from typing import Any
+
+import kubernetes
+
+TIMEOUT = 30
+
+
+class NodeApi:
+    """Nodes and the pods on them, through a kubernetes.client.CoreV1Api."""
+
+    def __init__(self, core: Any) -> None:
+        self.core = core
+
+    def nodes(self) -> list[dict[str, Any]]:
+        response = self.core.list_node(_preload_content=False, _request_timeout=TIMEOUT)
+        return list(json.loads(response.data).get("items") or [])
+
+    def pods_on(self, node: str) -> list[dict[str, Any]]:
+        response = self.core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={node}", _preload_content=False,
+            _request_timeout=TIMEOUT,
+        )  # fmt: skip
+        return list(json.loads(response.data).get("items") or [])
+
+    def patch_node(self, node: str, patch: dict[str, Any]) -> None:
+        self.core.patch_node(node, patch, _request_timeout=TIMEOUT)
+
+    def delete_node(self, node: str) -> bool:
+        """False when it was gone already."""
+        try:
+            self.core.delete_node(node, _request_timeout=TIMEOUT)
+        except kubernetes.client.ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    def evict(self, namespace: str, name: str, grace: int | None) -> int:
+        """Ask the Eviction API (policy/v1) to evict a pod: 201 evicted, 404 gone, 429 refused
+        for now (a PodDisruptionBudget), another code refused (a 500: several PDBs)."""
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if grace is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": grace}
+        try:
+            self.core.create_namespaced_pod_eviction(
+                name, namespace, body, _request_timeout=TIMEOUT
+            )
+        except kubernetes.client.ApiException as error:
+            return int(error.status or 500)
+        return 201
