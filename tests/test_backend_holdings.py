@@ -3,6 +3,7 @@ records for the sweep (engine/leftovers/accounts.py), on a real file backend's l
 
 import gzip
 import json
+import os
 import time
 from pathlib import Path
 
@@ -41,18 +42,91 @@ def test_every_stacks_instances_intents_and_retain_records_are_held(tmp_path: Pa
     assert held is not None
     assert held.instances == {"ins-a1", "ins-a2", "ins-b1", "ins-fast", "ins-k"}
     assert held.kept == {"u-old", "u-older"}
-    assert held.stacks == 2
+    assert held.stacks == {"team-a.p", "team-b.q"} and held.doubt is None
+
+
+def _doubt(url: str, install: str | None = None) -> str:
+    held = backend_holdings(url, install)
+    assert held is not None and held.doubt is not None
+    return held.doubt
 
 
 def test_a_backend_that_cannot_be_read_in_full_proves_nothing(tmp_path: Path) -> None:
     stacks = tmp_path / ".pulumi" / "stacks" / "spotpool"
     stacks.mkdir(parents=True)
     (stacks / "team-a.p.json.zst").write_bytes(b"\x28\xb5\x2f\xfd")
-    assert backend_holdings(f"file://{tmp_path}") is None
+    assert "zstd" in _doubt(f"file://{tmp_path}")
     (stacks / "team-a.p.json.zst").unlink()
     (stacks / "team-a.p.json").write_text("{not json")
-    assert backend_holdings(f"file://{tmp_path}") is None
+    assert "could not be read in full" in _doubt(f"file://{tmp_path}")
     assert backend_holdings("https://api.pulumi.com") is None  # not self-managed
+    (stacks / "team-a.p.json").unlink()
+    (tmp_path / ".pulumi" / "meta.yaml").write_text("version: 7\n")
+    assert "layout" in _doubt(f"file://{tmp_path}")  # a version this release does not know
+    assert "absolute path" in _doubt("file://relative/backend")  # each run would differ
+
+
+def test_pulumis_older_flat_layout_is_read(tmp_path: Path) -> None:
+    """No meta.yaml, the stacks straight under .pulumi/stacks (what `pulumi` made before
+    project mode, and makes still with PULUMI_SELF_MANAGED_STATE_LEGACY_LAYOUT)."""
+    stacks = tmp_path / ".pulumi" / "stacks"
+    stacks.mkdir(parents=True)
+    (stacks / "team-a.p.json").write_bytes(_checkpoint("ins-flat"))
+    (stacks / "team-a.p.json.bak").write_bytes(_checkpoint("ins-old"))  # a backup holds nothing
+    held = backend_holdings(f"file://{tmp_path}")
+    assert held is not None and held.doubt is None
+    assert held.instances == {"ins-flat"} and held.stacks == {"team-a.p"}
+
+
+def test_file_urls_are_read_where_pulumi_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`~` is the account's home (as Go's os/user), `?no_tmp_dir=true` gocloud's option."""
+    import pwd
+
+    from spotpool.engine.state.backend_files import file_root
+
+    home = pwd.getpwuid(os.getuid()).pw_dir
+    monkeypatch.setenv("HOME", str(tmp_path / "not-the-accounts"))  # Pulumi does not ask it
+    assert file_root("file://~/state") == Path(home) / "state"
+    assert file_root("file://~") == Path(home)
+    assert file_root(f"file://{tmp_path}?no_tmp_dir=true") == tmp_path
+
+
+def test_a_directory_it_cannot_list_is_an_error_not_an_empty_listing(tmp_path: Path) -> None:
+    """As a user the directory denies (root reads every directory: a uid of its own)."""
+    import subprocess
+    import sys
+
+    stacks = tmp_path / "backend" / ".pulumi" / "stacks" / "spotpool"
+    stacks.mkdir(parents=True)
+    (stacks / "team-a.p.json").write_bytes(_checkpoint("ins-a1"))
+    for folder in (tmp_path, tmp_path / "backend", tmp_path / "backend" / ".pulumi"):
+        folder.chmod(0o755)
+    (tmp_path / "backend" / ".pulumi" / "stacks").chmod(0o755)
+    stacks.chmod(0o700)  # owned by root: the other uid cannot list it
+    code = (
+        "import sys; from spotpool.engine.leftovers.holdings import backend_holdings; "
+        "h = backend_holdings(sys.argv[1]); print(h.doubt if h else 'none')"
+    )
+    read = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+         code, f"file://{tmp_path / 'backend'}"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert "PermissionError" in read.stdout, read.stdout + read.stderr
+
+
+def test_the_install_marker_is_written_once_and_required(tmp_path: Path) -> None:
+    from spotpool.engine.leftovers.install_marker import mark_install
+
+    backend = f"file://{tmp_path}"
+    assert "no marker of install ops.x" in _doubt(backend, "ops.x")
+    first = mark_install(backend, "ops.x", "c-1")
+    assert first is not None and mark_install(backend, "ops.x", "c-2") == first  # kept
+    held = backend_holdings(backend, "ops.x")
+    assert held is not None and held.doubt is None and held.since == first
+    assert "no marker of install ops.y" in _doubt(backend, "ops.y")  # another install's
 
 
 def test_accounts_are_recorded_by_where_their_keys_come_from_never_the_keys(

@@ -59,6 +59,7 @@ class World:
         self.saved: list[AccountRecord] = []
         self.records: list[AccountRecord] = []
         self.fence_ok = True
+        self.backend_says: dict[str, Any] = {"kept": frozenset()}  # more of Holdings' fields
 
     def sweep(self, mode: str = "terminate", cap: int = 100) -> StraySweep:
         def lister(credentials: Credentials, region: str) -> list[FleetInstance]:
@@ -84,7 +85,7 @@ class World:
 
         def holdings() -> Holdings | None:
             self.calls.append("backend")
-            return None if self.held is None else Holdings(self.held, frozenset(), 1)
+            return None if self.held is None else Holdings(self.held, **self.backend_says)
 
         def count(n: int) -> None:
             self.counted += n
@@ -146,8 +147,9 @@ def test_what_a_stack_holds_is_not_swept_and_an_unreadable_backend_stops_all() -
     world.held = frozenset({"i-held"})
     assert world.two_passes(world.sweep()) == ["i-leak"]
     world = World([instance("i-leak", "gone")], set(), {"gone"})
-    world.held = None
-    assert world.two_passes(world.sweep()) == [] and world.terminated == []
+    world.held = None  # not read: reported (with why), never terminated
+    assert world.two_passes(world.sweep()) == ["i-leak"] and world.terminated == []
+    assert world.reported == 1 and "could not be read" in world.events.posted[0][2]
 
 
 def test_a_failed_listing_of_the_pools_starts_the_clock_again() -> None:

@@ -51,6 +51,17 @@ Terminator = Callable[[Credentials, str, list[str], Callable[[], None]], None]
 PoolUids = Callable[[Mapping[str, str | None]], set[str] | None]
 
 
+# Which of these "namespace/name" are a Spotpool now (kube.py); None: not known.
+PoolNames = Callable[[Collection[str]], set[str] | None]
+_WALL, _STEADY = datetime.now(UTC), time.monotonic()
+
+
+def _steady_now() -> datetime:
+    """The "gone" clock: this process's monotonic time, as a date (a wall clock stepped by NTP
+    or a VM's resume must not make a pool missing for a grace in an instant)."""
+    return _WALL + timedelta(seconds=time.monotonic() - _STEADY)
+
+
 class NotServed(Exception):
     """The pool's shard is no longer this replica's: the termination is not sent."""
 
@@ -90,13 +101,18 @@ class StraySweep:
         on_swept: Callable[[int], None] = lambda count: None,
         on_reported: Callable[[int], None] = lambda count: None,
         cap: int = 100,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Callable[[], datetime] = lambda: _steady_now(),
+        pool_names: PoolNames | None = None,
+        install_object: dict[str, Any] | None = None,
     ) -> None:
         self.lister, self.terminate, self.pool_uids = lister, terminate, pool_uids
         self.serves, self.events, self.backend = serves, events, backend
         self.on_swept, self.on_reported, self.resolve = on_swept, on_reported, resolve
         self.install_id, self.cluster_id, self.mode = install_id, cluster_id, mode
         self.grace, self.cap, self.clock = grace, cap, clock
+        # Which "namespace/name" are a Spotpool now (a pool re-created under a new uid): its
+        # stack must be among what the backend's read found, or the read is doubtful.
+        self.pool_names, self.install_object = pool_names, install_object
         self.accounts: dict[tuple[str, str], _Account] = {}
         self.missing = Missing()
         self.swept = 0  # terminated, in all
@@ -234,10 +250,13 @@ class StraySweep:
         )
         if would_go(fleet, tagged):  # the backend decides what is held: read it only then
             holdings = await asyncio.to_thread(self.backend.holdings)
+            doubt = await asyncio.to_thread(self._doubt, holdings, candidates)
             fleet = replace(
                 fleet,
-                held=holdings.instances if holdings else None,
+                held=holdings.instances if holdings else frozenset(),
                 kept=holdings.kept if holdings else frozenset(),
+                doubt=doubt,
+                trusted_since=holdings.since if holdings else None,
             )
         decisions = decide_strays(fleet, tagged)
         for left in (d for d in decisions if d.action is Action.LEAVE):
@@ -257,21 +276,67 @@ class StraySweep:
         sent: list[Decision] = []
         for uid in sorted({d.pool_uid for d in going}):
             batch = [d for d in going if d.pool_uid == uid]
+            ids = [d.instance_id for d in batch]
+            # Said before it is sent: a call that fails or hangs still leaves its line.
+            log.warning("terminating %d instance(s) of deleted pool %s: %s", len(ids), uid,
+                        ", ".join(ids))  # fmt: skip
             try:
                 await asyncio.to_thread(
-                    self.terminate, account.credentials, account.region,
-                    [d.instance_id for d in batch], self._fence(uid),
-                )  # fmt: skip
+                    self.terminate, account.credentials, account.region, ids, self._fence(uid)
+                )
             except NotServed as error:
                 log.info("%s", error)
                 continue
+            except Exception as error:  # it may have taken effect: this account's pass ends
+                log.warning("TerminateInstances of %s failed (%s): the next pass looks again",
+                            ", ".join(ids), _code(error))  # fmt: skip
+                raise  # (the batches before it are audited already)
             sent += batch
-        if sent:
-            self.swept += len(sent)
-            self.on_swept(len(sent))
-        for decision in sent:
-            await asyncio.to_thread(self._report, decision, names.get(decision.instance_id))
+            await self._audit(batch, names)  # each batch as soon as it returns
         return sent + reported
+
+    async def _audit(self, batch: list[Decision], names: Mapping[str, str | None]) -> None:
+        """A sent batch: counted, and each instance a log line and (a pool served) an Event."""
+        self.swept += len(batch)
+        self.on_swept(len(batch))
+        for decision in batch:
+            await asyncio.to_thread(self._report, decision, names.get(decision.instance_id))
+
+    def _doubt(self, holdings: Holdings | None, candidates: Mapping[str, str | None]) -> str | None:
+        """Why the backend's read proves nothing unheld (None: it does): not read, doubtful in
+        itself, or a deleted pool's name taken by a live pool (re-created) whose stack the
+        read did not find. Said once a reason in an Event on the install (its Lease)."""
+        why: str | None
+        if holdings is None:
+            why = "the state backend is not self-managed or could not be read"
+        elif holdings.doubt is not None:
+            why = holdings.doubt
+        else:
+            why = self._unfound_stacks(holdings, candidates)
+        if why is not None and ("doubt", why) not in self._told:
+            self._told.add(("doubt", why))
+            log.warning("the sweep reports instead of terminating: %s", why)
+            if self.install_object is not None:
+                what = f"deleted pools' instances are reported, not terminated: {why}"
+                self.events.post(self.install_object, "Warning", "SweepReportsOnly", what)
+        return why
+
+    def _unfound_stacks(
+        self, holdings: Holdings, candidates: Mapping[str, str | None]
+    ) -> str | None:
+        named = {n for n in candidates.values() if n and "/" in n}
+        if self.pool_names is None or not named:
+            return None
+        live = self.pool_names(named)
+        if live is None:
+            return "the cluster's pools could not be listed by name"
+        unfound = sorted(n for n in live if n.replace("/", ".", 1) not in holdings.stacks)
+        if not unfound:
+            return None
+        return (
+            f"pool {', '.join(unfound)} exists again (under a new uid) and the state backend's "
+            "read found no stack of it (a layout, URL or prefix this read does not see?)"
+        )
 
     def _fence(self, uid: str) -> Callable[[], None]:
         """Checked right before the termination is sent: the pool's shard still this

@@ -30,6 +30,9 @@ class LogFormat(StrEnum):
     json = "json"
 
 
+MIN_ORPHAN_GRACE = 10.0  # seconds: two sweeps (5 s apart at the least) must see a pool gone
+
+
 def _seconds(text: str) -> float:
     """30, 30s, 5m or 1h30m."""
     try:
@@ -447,11 +450,23 @@ def run(
         grace_seconds = _seconds(orphan_grace)
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--orphan-grace") from None
+    if grace_seconds < MIN_ORPHAN_GRACE:  # 0 would let one listing decide
+        raise typer.BadParameter(
+            f"{orphan_grace}: give at least {MIN_ORPHAN_GRACE:.0f}s — a pool counts as deleted "
+            "only once two listings this far apart both lack it, and an instance this young "
+            "may be a create still in flight",
+            param_hint="--orphan-grace",
+        )
     lease_home = lease_namespace or _pod_namespace()
     state = state_root()
     backend_url = backend or f"file://{state / 'backend'}"
     if backend_url.startswith("file://"):
-        Path(backend_url.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
+        from spotpool.engine.state.backend_files import BackendUrlError, file_root
+
+        try:  # where Pulumi puts it (`~`, `?query`), never a literal `~` directory
+            file_root(backend_url).mkdir(parents=True, exist_ok=True)
+        except BackendUrlError as error:
+            raise typer.BadParameter(str(error), param_hint="--backend") from None
     try:
         settings = OperatorSettings(
             engine=EngineSettings(

@@ -5,6 +5,7 @@ import os
 import socket
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 from uuid import uuid4
 
 import kopf
@@ -15,6 +16,7 @@ from spotpool.engine.fencing.ownership import Writer
 from spotpool.engine.fencing.processes import kill_runs
 from spotpool.engine.leftovers.accounts import AccountRecord, recorded_accounts, save_account
 from spotpool.engine.leftovers.holdings import backend_holdings
+from spotpool.engine.leftovers.install_marker import mark_install
 from spotpool.engine.stacks.stack import PoolStack, forget_stack
 from spotpool.engine.stacks.stack_guard import StackOwnership
 from spotpool.engine.tencent import cloud
@@ -227,9 +229,14 @@ def _stray_sweep(
     shards: ShardLeases | None,
     metrics: Metrics,
 ) -> StraySweep:
-    """The sweep of deleted pools' instances: the cloud, the cluster's pools, the backend."""
+    """The sweep of deleted pools' instances: the cloud, the cluster's pools, the backend
+    (the install's marker written there at its first start: holdings.py trusts it from then)."""
     engine = settings.engine
     backend_url, endpoint = engine.backend_url, engine.cloud_endpoint
+    try:
+        mark_install(backend_url, engine.install_id, engine.cluster_id)
+    except Exception as error:  # the sweep reports only until it is there
+        log.warning("install marker not written in the state backend: %s", error)
 
     def terminate(
         credentials: Credentials, region: str, ids: list[str], check: Callable[[], None]
@@ -248,7 +255,7 @@ def _stray_sweep(
         engine.install_id,
         engine.orphan_min_age,
         Backend(
-            holdings=partial(backend_holdings, backend_url),
+            holdings=partial(backend_holdings, backend_url, engine.install_id),
             save_account=partial(save_account, backend_url),
             recorded_accounts=partial(recorded_accounts, backend_url),
         ),
@@ -257,7 +264,17 @@ def _stray_sweep(
         resolve=resolve,
         on_swept=metrics.orphans_swept.inc,
         on_reported=metrics.orphans_reported.inc,
+        pool_names=cluster.pool_names,
+        install_object=_install_lease(settings),
     )
+
+
+def _install_lease(settings: OperatorSettings) -> dict[str, Any] | None:
+    """The object the sweep's Events about the whole install go to: its Lease."""
+    if not settings.lease_namespace:
+        return None
+    metadata = {"namespace": settings.lease_namespace, "name": settings.lease_name}
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata}
 
 
 def _stop_shards_work(

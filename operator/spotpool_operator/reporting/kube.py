@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -317,6 +317,26 @@ class KubeCluster:
             if found["metadata"]["uid"] == uid:  # (same name, another uid: this one is gone)
                 alive.add(uid)
         return alive
+
+    def pool_names(self, names: Collection[str]) -> set[str] | None:
+        """Which of `names` ("namespace/name") name a Spotpool now, whatever its uid: one read
+        each (a pool re-created under a new uid is found by name). None when one cannot be
+        read (a 403 or the API server failing): nothing is known then."""
+        found = set()
+        for pool in names:
+            namespace, _, name = pool.partition("/")
+            try:
+                self._custom.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, name, _request_timeout=30
+                )
+            except kubernetes.client.ApiException as error:
+                if error.status == 404 and _pool_not_found(error, name):
+                    continue
+                return None
+            except Exception:
+                return None
+            found.add(pool)
+        return found
 
     def cluster_uid(self) -> str:
         """The cluster's identity: the kube-system Namespace's uid (made with the cluster,

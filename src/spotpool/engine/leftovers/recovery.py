@@ -43,6 +43,7 @@ from spotpool.engine.state.backend_files import (
     ROOT,
     BackendFiles,
     FileBackend,
+    file_root,
     latest_deployment,
     open_backend,
 )
@@ -286,7 +287,7 @@ def _file_backend_root(pool: StackView) -> Path | None:
     backend = pool.settings.backend_url
     if not backend.startswith("file://"):
         return None
-    return Path(backend.removeprefix("file://")) / ".pulumi"
+    return file_root(backend) / ".pulumi"
 
 
 def read_checkpoint(pool: StackView) -> Mapping[str, Any] | None:

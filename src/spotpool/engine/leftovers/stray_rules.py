@@ -14,7 +14,10 @@ Ownership is proven, never assumed. An instance is terminated only when all of t
   pool has been missing, never the instance's age; a listing that failed or was partial
   counts as "every pool alive";
 - this replica serves the pool's shard, the sweep terminates (`--sweep terminate`), and the
-  pass's cap (one for the whole install) is not reached.
+  pass's cap (one for the whole install) is not reached;
+- the backend's read is plausible (`doubt` is None: engine/leftovers/holdings.py) and the
+  instance was made after the install's marker in it (`trusted_since`): otherwise what would
+  go is only reported, with the reason.
 """
 
 from collections.abc import Callable, Iterable, Mapping
@@ -74,6 +77,10 @@ class Fleet:
     # could not be read in full (nothing is terminated then).
     held: frozenset[str] | None = frozenset()
     terminate: bool = True  # --sweep terminate; False: report what would go
+    # Why the backend's read cannot prove an instance unheld (None: it can): report only.
+    doubt: str | None = None
+    # The install's marker in the backend: an instance made before it is only reported.
+    trusted_since: datetime | None = None
 
 
 def decide_strays(fleet: Fleet, tagged: Mapping[str, list[Tagged]]) -> list[Decision]:
@@ -116,9 +123,23 @@ def _stray(fleet: Fleet, uid: str, item: Tagged, going: int) -> tuple[Action, st
         return Action.LEAVE, "its pool is missing from one listing, not yet two a grace apart", True
     if not fleet.terminate:
         return Action.REPORT, f"its pool {uid} no longer exists (--sweep report)", True
+    doubt = fleet.doubt or _made_before(fleet, item)
+    if doubt is not None:
+        return Action.REPORT, f"its pool {uid} no longer exists, but {doubt}", True
     if going >= fleet.cap:
         return Action.LEAVE, "the pass's cap of terminations is reached", True
     return Action.TERMINATE, f"its pool {uid} no longer exists", True
+
+
+def _made_before(fleet: Fleet, item: Tagged) -> str | None:
+    since = fleet.trusted_since
+    if since is None or (item.created is not None and item.created >= since):
+        return None
+    when = since.strftime("%Y-%m-%d %H:%M:%S")
+    return (
+        f"it was made before this install's marker in the state backend ({when}Z): a stack "
+        "of the backend written until then (another URL or prefix?) may hold it"
+    )
 
 
 def would_go(fleet: Fleet, tagged: Mapping[str, list[Tagged]]) -> bool:

@@ -15,6 +15,7 @@ import ipaddress
 import json
 import logging
 import os
+import pwd
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from functools import cache
@@ -47,13 +48,18 @@ class FileBackend:
         self.root = root
 
     def keys(self, prefix: str) -> list[str]:
+        """Raises on a directory it cannot read (Path.rglob skips it without a word, and a
+        listing that silently lacks a stack is read as "no stack holds it")."""
         base = self.root / prefix
         if not prefix.endswith("/") and not base.is_dir():  # a name prefix, as S3 lists them
             found = [p for p in base.parent.glob(f"{glob.escape(base.name)}*") if p.is_file()]
             return sorted(str(p.relative_to(self.root)) for p in found)
         if not base.exists():
             return []
-        return sorted(str(p.relative_to(self.root)) for p in base.rglob("*") if p.is_file())
+        files: list[str] = []
+        for folder, _, names in os.walk(base, onerror=_raise):
+            files += [os.path.join(folder, n) for n in names if os.path.isfile(f"{folder}/{n}")]
+        return sorted(str(Path(p).relative_to(self.root)) for p in files)
 
     def read(self, key: str) -> bytes:
         return (self.root / key).read_bytes()
@@ -99,6 +105,36 @@ class S3Backend:
         self.client.remove_object(self.bucket, self._key(key))
 
 
+def _raise(error: OSError) -> None:
+    raise error
+
+
+class BackendUrlError(ValueError):
+    """A backend URL this process would read otherwise than Pulumi does."""
+
+
+def file_root(url: str) -> Path:
+    """The directory of a `file://` backend as Pulumi resolves it: the query (gocloud's
+    options, e.g. `?no_tmp_dir=true`) stripped, `~` the user's home (the account's, as Go's
+    os/user; $HOME where the account has none). A relative path is refused: each Pulumi run
+    would resolve it in its own workspace directory."""
+    path = url.removeprefix("file://").split("?", 1)[0]
+    if path == "~" or path.startswith("~/"):
+        path = _home() + path[1:]
+    if not os.path.isabs(path):
+        raise BackendUrlError(
+            f"{url}: a file:// backend needs an absolute path (file:///var/lib/…) or ~/…"
+        )
+    return Path(path)
+
+
+def _home() -> str:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:  # no account for this uid (a container's arbitrary uid)
+        return os.environ.get("HOME") or "/"
+
+
 def _is_ip(host: str) -> bool:
     try:
         ipaddress.ip_address(host)
@@ -112,7 +148,7 @@ def open_backend(url: str, env: Mapping[str, str] | None = None) -> BackendFiles
     `env`: where the S3 keys are (this process's environment, as for Pulumi's runs)."""
     env = os.environ if env is None else env
     if url.startswith("file://"):
-        return FileBackend(Path(url.removeprefix("file://")))
+        return FileBackend(file_root(url))
     if not url.startswith("s3://"):
         return None
     parts = urlsplit(url)
