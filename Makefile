@@ -12,6 +12,7 @@ DEMO_TOOLS := pulumi pulumi-resource-tencentcloud etcd kube-apiserver kube-contr
 # promtool (the chart's alerts).
 TEST_TOOLS := $(DEMO_TOOLS) pulumi-language-python pulumi-resource-kubernetes versitygw helm
 TEST_TOOLS += prometheus promtool
+TEST_TOOLS += kube-scheduler kwok  # the local world's nodes (localworld/nodes.py)
 # Source folders of the tools whose modules the Go module proxy refuses (the language host,
 # the kubernetes plugin): the last source tried. A fresh clone has shared/ beside it.
 HERE := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))

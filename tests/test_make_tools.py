@@ -52,3 +52,5 @@ def test_make_test_installs_the_demos_tools_and_the_test_only_ones() -> None:
         test_tools
     ) - set(demo_tools)
     assert "prometheus" in test_tools
+    # The local world's nodes: the tests', never the cold demo's.
+    assert {"kube-scheduler", "kwok"} <= set(test_tools) - set(demo_tools)

@@ -18,6 +18,7 @@ from spotpool.api.crd import ACCESS_CRD_PATH, CRD_PATH
 from spotpool.cluster.local import down, up
 from spotpool.localworld.emulator import start_emulator
 from spotpool.localworld.kube import Kube
+from spotpool.localworld.nodes import NodeWorld
 from spotpool.localworld.operator import OperatorWorld
 from spotpool.localworld.slow_proxy import StallProxy, target_of
 from spotpool.ports import free_port
@@ -67,24 +68,39 @@ def operator_world(
     boot_seconds: float = 1.0,
     notice_seconds: float = 0.0,
     emulator_args: list[str] | None = None,
+    nodes: bool | dict[str, Any] = False,
     **options: Any,
 ) -> Iterator[OperatorWorld]:
     """An emulator (`emulator_args`: more of its serve options) and a started operator process
     on the session's cluster (`options`: the OperatorWorld's fields); on the way out both stop
-    and the namespaces it made go."""
+    and the namespaces it made go. With `nodes` (True, or NodeWorld's options such as
+    `{"lease_seconds": 20}`), the cluster has nodes for the world's life: kube-scheduler, KWOK
+    and the node agent, which registers a Node for each instance whose user data holds the
+    line `# spotpool:join-node` (docs/nodes.md); `world.nodes` is that NodeWorld."""
     require_tool("pulumi")
     require_tool("pulumi-resource-tencentcloud")
+    if nodes:
+        require_tool("kube-scheduler")
+        require_tool("kwok")
     (directory / "backend").mkdir(exist_ok=True)
     emulator = start_emulator(
         directory / "cloud.db", directory / "emulator.log", boot_seconds=boot_seconds,
         reclaim_notice_seconds=notice_seconds, extra_args=emulator_args,
     )  # fmt: skip
     operator = OperatorWorld(kube, emulator, directory, **options)
+    if nodes:
+        node_options = nodes if isinstance(nodes, dict) else {}
+        # The session's cluster: `up` wrote its kubeconfig into its own directory.
+        operator.nodes = NodeWorld(kube.kubeconfig.parent, emulator, directory, **node_options)
     try:
+        if operator.nodes is not None:
+            operator.nodes.start()
         operator.start()
         yield operator
     finally:
         operator.stop()
+        if operator.nodes is not None:
+            operator.nodes.stop()
         for namespace in operator.namespaces:
             kube.run("delete", "namespace", namespace, "--wait=false")
         emulator.stop()

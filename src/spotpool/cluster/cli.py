@@ -14,16 +14,19 @@ app = typer.Typer(
 console = Console(stderr=True)
 
 DirOption = typer.Option(None, "--dir", help="state directory (default: user-level state dir)")
+SchedulerOption = typer.Option(
+    False, "--scheduler", help="also run kube-scheduler (a test tool: `toolchain install` it)"
+)
 
 
 @app.command("up")
-def up_command(directory: Path | None = DirOption) -> None:
-    """Start etcd, kube-apiserver and kube-controller-manager on free loopback ports and
-    write DIR/kubeconfig."""
+def up_command(directory: Path | None = DirOption, scheduler: bool = SchedulerOption) -> None:
+    """Start etcd, kube-apiserver and kube-controller-manager (and kube-scheduler with
+    --scheduler) on free loopback ports and write DIR/kubeconfig."""
     target = (directory or default_directory()).resolve()
     try:
         with console.status("starting etcd, kube-apiserver and kube-controller-manager…"):
-            state = up(target)
+            state = up(target, scheduler=scheduler)
     except ClusterError as err:
         console.print(f"[red]cluster up failed:[/] {err}")
         raise typer.Exit(1) from err

@@ -2,8 +2,10 @@
 kubeconfig for them.
 
 The controller manager makes namespace deletion, garbage collection of owned objects and
-service-account tokens behave as in a real cluster; no kubelet or scheduler runs (the operator
-only talks to the API). Access needs a bearer token (no anonymous access); RBAC is on.
+service-account tokens behave as in a real cluster. No kubelet runs (the operator only talks to
+the API); a kube-scheduler runs when asked (`scheduler=True`, or `start_scheduler` on a running
+cluster), for the local world's nodes (localworld/nodes.py). Access needs a bearer token (no
+anonymous access); RBAC is on.
 """
 
 import contextlib
@@ -24,6 +26,7 @@ from pydantic import BaseModel
 
 from spotpool.children import tied_to_parent
 from spotpool.cluster.oidc import ISSUER, write_jwks
+from spotpool.cluster.scheduler import SCHEDULER_USER, scheduler_args
 from spotpool.ports import free_port
 from spotpool.toolchain.manifest import TOOLS_BY_NAME
 from spotpool.toolchain.paths import tool_dir
@@ -49,6 +52,8 @@ class ClusterState(BaseModel):
     # None in the state of a cluster started before the controller manager was part of it.
     controller_manager_pid: int | None = None
     controller_manager_binary: Path | None = None
+    scheduler_pid: int | None = None
+    scheduler_binary: Path | None = None
 
 
 def default_directory() -> Path:
@@ -66,9 +71,10 @@ def _binary(name: str) -> Path:
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"  # bound by RBAC's bootstrap policy
 
 
-def _write_credentials(pki: Path) -> tuple[str, str]:
+def _write_credentials(pki: Path) -> tuple[str, str, str]:
     """The service-account key pair and the static tokens: the admin's, the controller
-    manager's. Returns both tokens."""
+    manager's, the scheduler's (the token file is read once, at the API server's start, so the
+    scheduler's is there for one started later). Returns the three tokens."""
     pki.mkdir(parents=True, exist_ok=True)
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     (pki / "sa.key").write_bytes(
@@ -83,15 +89,16 @@ def _write_credentials(pki: Path) -> tuple[str, str]:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
-    token, manager_token = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+    token, manager_token, scheduler_token = (secrets.token_urlsafe(32) for _ in range(3))
     tokens = pki / "tokens.csv"
     tokens.write_text(
         f'{token},admin,admin,"system:masters"\n'
         f"{manager_token},{CONTROLLER_MANAGER_USER},{CONTROLLER_MANAGER_USER}\n"
+        f"{scheduler_token},{SCHEDULER_USER},{SCHEDULER_USER}\n"
     )
     for secret_file in (pki / "sa.key", tokens):
         secret_file.chmod(0o600)
-    return token, manager_token
+    return token, manager_token, scheduler_token
 
 
 def _spawn(args: list[str], log: Path, tie_to_parent: bool) -> subprocess.Popen[bytes]:
@@ -142,8 +149,9 @@ def _wait_ready(
     )
 
 
-def up(directory: Path, tie_to_parent: bool = False) -> ClusterState:
-    """Start a fresh control plane in `directory`; return what was started."""
+def up(directory: Path, tie_to_parent: bool = False, scheduler: bool = False) -> ClusterState:
+    """Start a fresh control plane in `directory` (with a kube-scheduler if `scheduler`);
+    return what was started."""
     if (directory / "cluster.json").exists() and is_running(load_state(directory)):
         raise ClusterError(
             f"a cluster is already running in {directory}: `spotpool cluster down` first"
@@ -152,7 +160,7 @@ def up(directory: Path, tie_to_parent: bool = False) -> ClusterState:
     controller_manager = _binary("kube-controller-manager")
     directory.mkdir(parents=True, exist_ok=True)
     pki = directory / "pki"
-    token, manager_token = _write_credentials(pki)
+    token, manager_token, scheduler_token = _write_credentials(pki)
     client_port, peer_port, api_port = free_port(), free_port(), free_port()
     manager_port = free_port()
     etcd_url = f"http://127.0.0.1:{client_port}"
@@ -227,6 +235,10 @@ def up(directory: Path, tie_to_parent: bool = False) -> ClusterState:
             directory,
             deadline,
         )
+        scheduler_kubeconfig = directory / "scheduler.kubeconfig"
+        _write_kubeconfig(scheduler_kubeconfig, server, scheduler_token, ca, "scheduler")
+        if scheduler:
+            state = start_scheduler(directory, tie_to_parent, deadline)
     except ClusterError:
         down(directory)
         raise
@@ -262,6 +274,42 @@ def _start_controller_manager(
         directory / "kube-controller-manager.log",
         tie_to_parent,
     )
+
+
+def start_scheduler(
+    directory: Path, tie_to_parent: bool = False, deadline: float | None = None
+) -> ClusterState:
+    """A kube-scheduler for the cluster running in `directory` (none started twice); `down`
+    and `stop_scheduler` stop it."""
+    state = load_state(directory)
+    if (
+        state.scheduler_pid
+        and state.scheduler_binary
+        and _is_ours(state.scheduler_pid, state.scheduler_binary)
+    ):
+        return state
+    binary, port = _binary("kube-scheduler"), free_port()
+    args = scheduler_args(binary, directory, directory / "scheduler.kubeconfig", port)
+    proc = _spawn(args, directory / "kube-scheduler.log", tie_to_parent)
+    state.scheduler_pid, state.scheduler_binary = proc.pid, binary
+    (directory / "cluster.json").write_text(state.model_dump_json(indent=2))
+    deadline = deadline or time.monotonic() + READY_TIMEOUT_SECONDS
+    url, started = f"https://127.0.0.1:{port}/healthz", {"kube-scheduler": proc}
+    try:
+        _wait_ready("kube-scheduler", url, None, None, started, directory, deadline)
+    except ClusterError:
+        stop_scheduler(directory)
+        raise
+    return state
+
+
+def stop_scheduler(directory: Path) -> None:
+    """Stop the scheduler `start_scheduler` started, and only it; the cluster runs on."""
+    state = load_state(directory)
+    if state.scheduler_pid and state.scheduler_binary:
+        _stop(state.scheduler_pid, state.scheduler_binary)
+    state.scheduler_pid = state.scheduler_binary = None
+    (directory / "cluster.json").write_text(state.model_dump_json(indent=2))
 
 
 def _write_kubeconfig(path: Path, server: str, token: str, ca: Path, user: str) -> None:
@@ -306,8 +354,10 @@ def _is_ours(pid: int, binary: Path) -> bool:
 def _started(state: ClusterState) -> list[tuple[int, Path]]:
     """(pid, binary) of each process `up` started, in the order `down` stops them."""
     started = []
-    # The controller manager first, then the API server, so neither logs a storm of
-    # connection errors on its way out.
+    # The scheduler and the controller manager first, then the API server, so none logs a
+    # storm of connection errors on its way out.
+    if state.scheduler_pid and state.scheduler_binary:
+        started.append((state.scheduler_pid, state.scheduler_binary))
     if state.controller_manager_pid and state.controller_manager_binary:
         started.append((state.controller_manager_pid, state.controller_manager_binary))
     started += [(state.apiserver_pid, state.apiserver_binary), (state.etcd_pid, state.etcd_binary)]
@@ -323,19 +373,25 @@ def down(directory: Path) -> list[int]:
     state = load_state(directory)
     stopped: list[int] = []
     for pid, binary in _started(state):
-        if not _is_ours(pid, binary):
-            continue
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
-        while _is_ours(pid, binary) and time.monotonic() < deadline:
-            _reap(pid)
-            time.sleep(0.1)
-        if _is_ours(pid, binary):
-            os.kill(pid, signal.SIGKILL)
-        _reap(pid)
-        stopped.append(pid)
+        if _stop(pid, binary):
+            stopped.append(pid)
     (directory / "cluster.json").unlink(missing_ok=True)
     return stopped
+
+
+def _stop(pid: int, binary: Path) -> bool:
+    """SIGTERM, then SIGKILL if it hangs; False when the pid no longer runs `binary`."""
+    if not _is_ours(pid, binary):
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+    while _is_ours(pid, binary) and time.monotonic() < deadline:
+        _reap(pid)
+        time.sleep(0.1)
+    if _is_ours(pid, binary):
+        os.kill(pid, signal.SIGKILL)
+    _reap(pid)
+    return True
 
 
 def _reap(pid: int) -> None:

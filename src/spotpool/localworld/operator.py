@@ -28,6 +28,7 @@ from spotpool.localworld.emulator import (
     wait_until,
 )
 from spotpool.localworld.kube import Kube
+from spotpool.localworld.nodes import NodeWorld
 from spotpool.ports import free_port
 
 ROOT = Path(__file__).parents[3]  # the repository
@@ -92,6 +93,7 @@ class OperatorWorld:
     backend_env: dict[str, str] = field(default_factory=dict)  # e.g. the S3 keys
     namespace_prefix: str = "op-"  # the namespaces it makes, and the only ones it serves
     env: dict[str, str] = field(default_factory=dict)  # more SPOTPOOL_* settings, e.g. shards
+    nodes: NodeWorld | None = None  # the cluster's nodes, in a world with them (localworld/nodes)
 
     # --- the operator process ---------------------------------------------------------------
     @property

@@ -26,6 +26,9 @@ HELM_VERSION = "3.22.0"
 PROMETHEUS_VERSION = "3.16.0"
 PROMETHEUS_MODULE_VERSION = "v0.316.0"
 PROMETHEUS_OPERATOR_VERSION = "v0.85.0"
+# KWOK plays the kubelets of the local world's nodes (tests only); v0.8.0 is built on
+# k8s.io v0.36, and its build is lifted to the cluster's own v0.36 patch.
+KWOK_VERSION = "0.8.0"
 
 
 class GoBuild(BaseModel):
@@ -278,8 +281,40 @@ def _kubernetes_command(name: str) -> Tool:
 TOOLS += [
     _kubernetes_command("kube-apiserver"),
     _kubernetes_command("kube-controller-manager"),
+    _kubernetes_command("kube-scheduler"),  # the tests' nodes only: not a demo tool
     _kubernetes_command("kubectl"),
 ]
+
+# Same k8s.io minor as the cluster's tools: the client libraries at its patch release.
+_K8S_STAGING = f"v0.{KUBERNETES_VERSION.split('.', 1)[1]}"
+TOOLS.append(
+    Tool(
+        name="kwok",
+        version=KWOK_VERSION,
+        binary="kwok",
+        version_args=["--version"],
+        download_url=(
+            f"https://github.com/kubernetes-sigs/kwok/releases/download/v{KWOK_VERSION}/"
+            "kwok-linux-amd64"
+        ),
+        build=GoBuild(
+            module="sigs.k8s.io/kwok",
+            version=f"v{KWOK_VERSION}",
+            package="sigs.k8s.io/kwok/cmd/kwok",
+            requires={
+                f"k8s.io/{name}": _K8S_STAGING
+                for name in (
+                    *("api", "apimachinery", "apiserver", "client-go", "component-base"),
+                    *("cri-api", "cri-client", "cri-streaming"),
+                )
+            },
+            ldflags=[
+                _x("sigs.k8s.io/kwok/pkg/consts.Version", f"v{KWOK_VERSION}"),
+                _x("sigs.k8s.io/kwok/pkg/consts.KubeVersion", f"v{KUBERNETES_VERSION}"),
+            ],
+        ),
+    )
+)
 TOOLS.append(
     Tool(
         name="versitygw",
