@@ -167,6 +167,12 @@ def test_a_stack_whose_instances_lack_this_clusters_tag_is_not_taken_as_applied(
     assert not tagged_for(_state({**mine, "spotpool-cluster": "old"}), "c-1")
     # another install of this cluster (a pool moved to another operatorClass): no up for it
     assert tagged_for(_state({**mine, "spotpool-install": "other"}), "c-1")
+    # … asked with the install: an earlier release's unmarked value, or a pool moved to
+    # another install (operatorClass), runs one up that re-tags it (issue 48)
+    marked = {**mine, "spotpool-install": "i/v2"}
+    assert tagged_for(_state(marked, marked), "c-1", "i")
+    assert not tagged_for(_state(marked, mine), "c-1", "i")
+    assert not tagged_for(_state({**mine, "spotpool-install": "other/v2"}), "c-1", "i")
     assert tagged_for(_state({"spotpool-install": "i"}), None)  # by hand: no check
     assert cluster_in(_state({"spotpool-install": "i"}, mine)) == "c-1"
 
@@ -185,4 +191,4 @@ def test_the_fast_paths_launch_is_tagged_as_the_program_tags() -> None:
     body = run_instances_request(config, 0, "ops.x", None, None, None, "", "c-1")
     (spec_tags,) = body["TagSpecification"]
     tags = {t["Key"]: t["Value"] for t in spec_tags["Tags"]}
-    assert tags["spotpool-install"] == "ops.x" and tags["spotpool-cluster"] == "c-1"
+    assert tags["spotpool-install"] == "ops.x/v2" and tags["spotpool-cluster"] == "c-1"

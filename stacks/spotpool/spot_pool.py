@@ -14,7 +14,7 @@ import tencentcloud_iac_pulumi as tencentcloud
 from spotpool.api import notices
 from spotpool.api.notices import NONCE_TAG, PREVIOUS_TAG, SURGE_SUFFIX
 from spotpool.api.spec import ChargeType
-from spotpool.api.stackconfig import TAG_CLUSTER, TAG_INSTALL, StackConfig
+from spotpool.api.stackconfig import TAG_CLUSTER, TAG_INSTALL, StackConfig, install_tag
 
 # What the cloud never reports back about an instance. An adopted instance keeps what it was
 # created with: setting these again would reset its password or, for hostname, reinstall it.
@@ -169,7 +169,7 @@ class SpotPool(pulumi.ComponentResource):
         """The pool's and the slot's tags, the install's and the cluster's."""
         return {
             **self._config.instance_tags(slot),
-            **({TAG_INSTALL: self._install} if self._install else {}),
+            **({TAG_INSTALL: install_tag(self._install)} if self._install else {}),
             **({TAG_CLUSTER: self._cluster} if self._cluster else {}),
         }
 

@@ -142,8 +142,8 @@ def test_each_install_converges_only_the_pools_of_its_class(installs: Installs) 
     assert len(blue.cloud(uid["blue-pool"])) == 1
     assert len(blue.cloud(uid["green-pool"])) == 2
     assert blue.cloud(uid["plain"]) == {}
-    assert installs.installs_of(uid["blue-pool"]) == {"blue-install"}
-    assert installs.installs_of(uid["green-pool"]) == {"green-install"}
+    assert installs.installs_of(uid["blue-pool"]) == {"blue-install/v2"}
+    assert installs.installs_of(uid["green-pool"]) == {"green-install/v2"}
 
     # Each install's log, Events and metrics name only its own pool.
     blue_log, green_log = (_handled(w.log.read_text(errors="replace")) for w in (blue, green))
@@ -164,7 +164,7 @@ def test_each_install_converges_only_the_pools_of_its_class(installs: Installs) 
     assert table["plain"]["PHASE"] == table["plain"]["REASON"] == ""
 
 
-def test_a_pool_moved_to_the_other_class_changes_hands_without_an_up(
+def test_a_pool_moved_to_the_other_class_changes_hands_and_is_re_tagged(
     installs: Installs,
 ) -> None:
     blue, green, ns = installs.blue, installs.green, installs.ns
@@ -187,7 +187,9 @@ def test_a_pool_moved_to_the_other_class_changes_hands_without_an_up(
     assert set(blue.cloud(uid)) == instances  # the same instances: no replacement
     ups = [line for line in green.log.read_text().splitlines() if f"{ns}/blue-pool" in line]
     assert ups, "green never handled the pool"
-    assert not [line for line in ups if "up done" in line]  # adopted: the stack applied it
+    # One up re-tags them with green's install (issue 48): its sweep and a Retain find them.
+    green.wait_until(lambda: installs.installs_of(uid) == {"green-install/v2"}, "re-tagged", 120)
+    assert set(blue.cloud(uid)) == instances  # in place: no replacement
     conditions = {c["type"]: c["status"] for c in pool["status"]["conditions"]}
     assert conditions["Ready"] == "True" and conditions["Reconciling"] == "False"
     # Blue's daemon for it stopped, and blue forgot the pool (no metrics, no watch).
@@ -201,7 +203,7 @@ def test_a_pool_moved_to_the_other_class_changes_hands_without_an_up(
     )
     green.wait_ready(ns, "blue-pool", 2)
     assert len(blue.cloud(uid)) == 2
-    assert "green-install" in installs.installs_of(uid)
+    assert "green-install/v2" in installs.installs_of(uid)
     assert f"{ns}/blue-pool" not in _handled(blue.log.read_text(errors="replace")[mark:])
 
 

@@ -161,7 +161,7 @@ def test_two_clusters_default_installs_one_account_touch_only_their_own(shared: 
     for key, (_, _, ids) in shared.pools.items():  # every instance tagged with its cluster
         cluster = cluster_a if key[0] == "a" else cluster_b
         assert all(_tags(a, i).get("spotpool-cluster") == cluster for i in ids)
-        assert all(_tags(a, i)["spotpool-install"] == INSTALL for i in ids)
+        assert all(_tags(a, i)["spotpool-install"] == f"{INSTALL}/v2" for i in ids)  # marked
 
 
 def test_a_retain_made_before_this_version_is_never_swept(shared: Shared) -> None:
@@ -214,6 +214,8 @@ def rebuilt(shared: Shared) -> Iterator[OperatorWorld]:
         (shared.directory / "c").mkdir()
         backend = f"file://{shared.directory / 'b' / 'backend'}"
         env = {**ENV, "SPOTPOOL_SWEEP": "report"}  # what would go is only reported here
+        # B is gone for good: the admin says so, or B's stacks stay B's (issue 48).
+        env["SPOTPOOL_TAKE_OVER_FROM"] = cluster_uid(shared.b.kube)
         c = OperatorWorld(kube_c, shared.a.emulator, shared.directory / "c", env=env,
                           backend_url=backend)  # fmt: skip
         try:

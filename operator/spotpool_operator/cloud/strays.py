@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from spotpool.api.spec import GROUP, VERSION
-from spotpool.api.stackconfig import PoolIdentity
+from spotpool.api.stackconfig import PoolIdentity, names_install
 from spotpool.engine.leftovers.accounts import AccountRecord
 from spotpool.engine.leftovers.holdings import Holdings
 from spotpool.engine.leftovers.orphans import Action, Decision, Tagged
@@ -228,7 +228,9 @@ class StraySweep:
         candidates = {  # a served pool's instance of this install: its pool may be gone
             item.pool_uid: item.pool
             for item in found
-            if item.install == self.install_id and item.pool_uid and self.serves(item.pool_uid)
+            if names_install(item.install, self.install_id, item.cluster == self.cluster_id)
+            and item.pool_uid
+            and self.serves(item.pool_uid)
         }
         if not candidates:
             return []

@@ -34,6 +34,22 @@ TAG_INSTALL = "spotpool-install"  # the install that made it; set by the program
 # The cluster whose operator made it (its kube-system Namespace uid, or the install's explicit
 # cluster id): with the install, what proves an instance is this operator's to sweep.
 TAG_CLUSTER = "spotpool-cluster"
+# Marks the install tag's value this release writes. The release before the cluster tag swept
+# on the install tag alone (an exact match), and every default install writes the same id:
+# marked, an instance of this release is never one such a sweep matches (a rollback, or a
+# cluster on one account still on it). The unmarked value is read only with this cluster's tag.
+INSTALL_MARK = "/v2"
+
+
+def install_tag(install_id: str) -> str:
+    """The `spotpool-install` value this release tags on every instance it makes."""
+    return f"{install_id}{INSTALL_MARK}"
+
+
+def names_install(value: str | None, install_id: str, cluster_matches: bool) -> bool:
+    """Whether an install tag names this install: its marked value, or the previous releases'
+    unmarked one together with this cluster's tag (`cluster_matches`)."""
+    return value == install_tag(install_id) or (value == install_id and cluster_matches)
 
 
 class PoolIdentity(Model):

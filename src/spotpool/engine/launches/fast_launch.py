@@ -40,6 +40,7 @@ from spotpool.api.stackconfig import (
     TAG_INSTALL,
     USER_DATA_FINGERPRINT,
     StackConfig,
+    install_tag,
 )
 from spotpool.engine.basics.errors import EngineError
 from spotpool.engine.basics.stack_view import StackView
@@ -151,7 +152,7 @@ def run_instances_request(
         body["UserData"] = base64.b64encode(raw.encode()).decode()
     tags = {
         **c.instance_tags(slot),
-        **({TAG_INSTALL: install} if install else {}),
+        **({TAG_INSTALL: install_tag(install)} if install else {}),
         **({TAG_CLUSTER: cluster} if cluster else {}),
         **({NONCE_TAG: nonce} if nonce else {}),
     }

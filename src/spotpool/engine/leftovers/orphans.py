@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from spotpool.api.stackconfig import StackConfig
+from spotpool.api.stackconfig import StackConfig, install_tag
 
 GONE_STATES = frozenset({"TERMINATING", "SHUTDOWN", "LAUNCH_FAILED"})
 
@@ -120,9 +120,10 @@ def decide(situation: Situation, tagged: list[Tagged]) -> list[Decision]:
 
 def owner_problem(item: Tagged, install_id: str, cluster_id: str | None) -> str | None:
     """Why the instance is not provably this operator's (None: it is): its install tag must
-    name this install and its cluster tag this cluster (an operator run by hand, with no
-    cluster id, owns only instances without a cluster tag)."""
-    if item.install != install_id:
+    name this install (the marked value; the unmarked one of earlier releases only with this
+    cluster's tag, checked next) and its cluster tag this cluster (an operator run by hand,
+    with no cluster id, owns only instances without a cluster tag)."""
+    if item.install not in (install_tag(install_id), install_id):
         return (
             f"made by another install ({item.install})"
             if item.install

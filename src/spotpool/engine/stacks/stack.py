@@ -370,8 +370,8 @@ class PoolStack:
             except auto.CommandError:
                 forget_known(self)
                 return None
-            if not tagged_for(state, self.settings.cluster_id):
-                return None  # made before the cluster tag, or by another cluster: an up tags
+            if not tagged_for(state, self.settings.cluster_id, self.settings.install_id):
+                return None  # an earlier release's tags, another cluster's or install's: an up
             return applied_config_in(state)
 
     def state_instance_ids(self) -> dict[int, str]:

@@ -9,7 +9,7 @@ from pulumi import automation as auto
 
 from spotpool.api.notices import NONCE_TAG
 from spotpool.api.spec import ChargeType
-from spotpool.api.stackconfig import TAG_CLUSTER, StackConfig
+from spotpool.api.stackconfig import TAG_CLUSTER, TAG_INSTALL, StackConfig, install_tag
 from spotpool.engine.basics.results import SlotOutput
 from spotpool.engine.state.lean_stack import LeanStack
 from spotpool.engine.state.urns import slot_of_urn, surge_slot_of_urn
@@ -89,11 +89,14 @@ def surge_plan(slots: set[int], surges: set[int], count: int) -> tuple[list[int]
     return keep, promote
 
 
-def tagged_for(state: Mapping[str, Any], cluster_id: str | None) -> bool:
-    """Whether every instance the state holds carries this cluster's tag (as the last run set
-    it). No cluster id (run by hand): nothing to check. The install tag is not asked for: a
-    pool moved to another install of the same cluster (operatorClass) changes hands without an
-    up, its instances proven its own by the stack that holds them; its next up re-tags them."""
+def tagged_for(
+    state: Mapping[str, Any], cluster_id: str | None, install_id: str | None = None
+) -> bool:
+    """Whether every instance the state holds carries this cluster's tag and (given
+    `install_id`) this install's value as this release writes it (as the last run set them).
+    No cluster id (run by hand): nothing to check. Otherwise one `up` re-tags them: a pool
+    moved to another install (operatorClass), instances of an earlier release (the unmarked
+    install value, or no cluster tag), a stack taken over by a rebuilt cluster."""
     if cluster_id is None:
         return True
     for resource in state.get("resources") or []:
@@ -101,6 +104,8 @@ def tagged_for(state: Mapping[str, Any], cluster_id: str | None) -> bool:
             continue
         tags = (resource.get("outputs") or {}).get("tags") or {}
         if tags.get(TAG_CLUSTER) != cluster_id:
+            return False
+        if install_id is not None and tags.get(TAG_INSTALL) != install_tag(install_id):
             return False
     return True
 
