@@ -3,6 +3,7 @@ the release before the cluster tag (install tag alone, an exact match) never mat
 unmarked value is this install's only with this cluster's tag; a Retain tags every instance its
 stack held, whatever its install tag, and tries a failed tag again."""
 
+import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
@@ -12,6 +13,8 @@ import pytest
 from spotpool.api.stackconfig import install_tag, names_install
 from spotpool.engine.leftovers import retained
 from spotpool.engine.leftovers.orphans import Tagged, owner_problem
+from spotpool.engine.state.backend_files import open_backend
+from spotpool.engine.tencent import cloud
 from spotpool.engine.tencent.cloud import FleetInstance
 
 pytestmark = pytest.mark.unit
@@ -75,13 +78,15 @@ def test_a_retain_tags_every_held_instance_and_tries_a_failed_tag_again(
             raise RuntimeError("RequestLimitExceeded")
         tagged.append(instance_id)
 
-    monkeypatch.setattr(retained.cloud, "cvm", lambda *a: object())
-    monkeypatch.setattr(retained.cloud, "pool_instances", lambda client, uid: listed)
-    monkeypatch.setattr(retained.cloud, "mark_retained", mark)
-    monkeypatch.setattr(retained.time, "sleep", lambda s: None)
+    monkeypatch.setattr(cloud, "cvm", lambda *a: object())
+    monkeypatch.setattr(cloud, "pool_instances", lambda client, uid: listed)
+    monkeypatch.setattr(cloud, "mark_retained", mark)
+    monkeypatch.setattr(time, "sleep", lambda s: None)
     notes = retained.mark_retained(_pool(f"file://{tmp_path}"), iter(["ins-moved"]))
     assert notes == [] and sorted(tagged) == ["ins-moved", "ins-ours"]
-    kept, named = retained.retained_records(retained.open_backend(f"file://{tmp_path}"))  # type: ignore[arg-type]
+    files = open_backend(f"file://{tmp_path}")
+    assert files is not None
+    kept, named = retained.retained_records(files)
     assert kept == {"u-1"} and named == {"ins-moved"}  # a generator of held ids, read once
 
     failures["ins-ours"] = 5  # fails every try: said, the backend's record stands
