@@ -111,6 +111,8 @@ class PoolState:
     # Why a SpotpoolAccessPolicy's limit holds the pool below its desired count ("": it does not)
     limit_note: str = ""
     limits_seen: str = ""  # the namespace's limits when last held at them (limits.fingerprint)
+    nodes_looked: float = 0.0  # monotonic time of the last look at its nodes (spec.nodes)
+    late_nodes: set[int] = field(default_factory=set)  # slots said NodeNotReady already
 
     def __post_init__(self) -> None:
         self.noticed = self.noticed or {n.slot: n for n in self.status.notices.accepted}

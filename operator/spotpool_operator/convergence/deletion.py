@@ -14,6 +14,7 @@ from spotpool.engine.tencent.credentials import Credentials
 from spotpool_operator.basics.failures import PoolProblem, classify
 from spotpool_operator.basics.pools import PoolRef, PoolState
 from spotpool_operator.convergence.engine_runner import NO_CREDENTIALS, PoolWork
+from spotpool_operator.convergence.node_hooks import nodes_of
 from spotpool_operator.reporting import status as render
 
 WAITING = "WaitingForInstances"
@@ -94,6 +95,7 @@ class Deletion(PoolWork):
                         await self._release(ref)
                         self.forget(ref)
                         return
+                    await self.drain_going(ref, nodes_of(dict(ref.spec)), None, "pool deletion")
                     try:
                         result = await self._engine_call("destroy", engine.destroy)
                     except InstancesRemain as remain:

@@ -29,6 +29,8 @@ from spotpool_operator.cloud.cost import PriceBook
 from spotpool_operator.cloud.fleet import FleetProbe
 from spotpool_operator.convergence.engine_types import CloudLookup, EngineFactory, PoolEngine
 from spotpool_operator.convergence.slots import EngineSlots, Priority
+from spotpool_operator.nodes.keeper import NodeKeeper
+from spotpool_operator.nodes.kubejson import NodeApi
 from spotpool_operator.replicas.shards import NotServed, ShardLeases
 from spotpool_operator.reporting.events import Events, FencedEvents
 from spotpool_operator.reporting.kube import Cluster
@@ -67,6 +69,11 @@ class EngineCalls:
             events, lambda uid: self.shards is None or self.shards.serves(uid)
         )
         self.metrics = metrics
+        # spec.nodes: the pools' Nodes, through the cluster's own client (a fake one has none)
+        core = getattr(cluster, "core", None)
+        self.nodes = (
+            NodeKeeper(NodeApi(core()), self.events, metrics.registry) if callable(core) else None
+        )
         self.engine_factory = engine_factory
         self.cloud_lookup = cloud_lookup
         self.clock = clock

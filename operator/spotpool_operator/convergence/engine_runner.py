@@ -32,7 +32,8 @@ from spotpool_operator.convergence.engine_types import (
     PoolEngine,
 )
 from spotpool_operator.convergence.fast_path import launch_ahead
-from spotpool_operator.convergence.pool_book import PoolBook, degraded_reason, visible
+from spotpool_operator.convergence.node_hooks import NodeHooks
+from spotpool_operator.convergence.pool_book import degraded_reason, visible
 from spotpool_operator.reporting import drift as drift_status
 from spotpool_operator.reporting import status as render
 
@@ -47,7 +48,7 @@ __all__ = [
 ]
 
 
-class PoolWork(PoolBook):
+class PoolWork(NodeHooks):
     # --- the pieces -----------------------------------------------------------------------------
 
     async def _up(
@@ -108,6 +109,7 @@ class PoolWork(PoolBook):
                     "up", engine.replace_slots, placed, slots, password, replan
                 )
             else:
+                await self.drain_going(ref, spec.nodes, placed, "scale-down")  # spec.nodes: first
                 up = self._up_call(engine, pool, ref, spec, config)
                 result = await self._engine_call(
                     "up", up, placed, password, short, replan, engine=engine

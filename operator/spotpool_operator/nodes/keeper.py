@@ -143,6 +143,12 @@ class NodeKeeper:
 
     # --- reclaims ---------------------------------------------------------------------------
 
+    def gone_soon(self, ref: "Pool", instance_ids: Iterable[str]) -> None:
+        """`gone` in the background: the replacement's launch waits for no Kubernetes call."""
+        task = asyncio.ensure_future(self.gone(ref, list(instance_ids)))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
     async def gone(self, ref: "Pool", instance_ids: Iterable[str]) -> None:
         """The cloud took these instances: their Nodes deleted at once, their pods evicted."""
         wanted = set(instance_ids)

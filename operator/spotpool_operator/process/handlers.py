@@ -28,6 +28,7 @@ from spotpool.api.spec import GROUP, PLURAL, VERSION
 from spotpool_operator.basics.failures import PoolProblem
 from spotpool_operator.basics.pools import PoolRef, operator_class
 from spotpool_operator.cloud.interruptions import keep_learning
+from spotpool_operator.convergence.node_hooks import NODE_LOOK
 from spotpool_operator.process.kopf_storage import (
     ServedDiffBaseStorage,
     ServedProgressStorage,
@@ -153,6 +154,8 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
             moved = wait > 0 and bool(pool.limit_note) and backing_off <= 0
             if moved and not await _limits_moved(reconciler, ref):
                 moved, wait = False, min(wait, HELD_LOOK)
+            if wait > 0 and not moved and not urgent and await reconciler.look_at_nodes(ref):
+                wait = min(wait, NODE_LOOK)  # spec.nodes: its nodes looked at every few seconds
             if wait > 0 and not moved:
                 await _sleep(stopped, pool.wake, wait)
                 continue  # re-read: an operation may have moved the due time meanwhile

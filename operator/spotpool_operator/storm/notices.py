@@ -285,6 +285,10 @@ class Notices(PoolWork):
             "old instance",
         )
         ref.logger.info("surge started in %.1f s: %s", result.seconds, made)
+        if spec.nodes is not None and self.nodes is not None:  # the pods move to the surge
+            for surge in made:
+                notice = taken[surge.slot]
+                self.nodes.drain_on_notice(ref, notice.instance_id, notice.termination_time)
 
     async def _surges_allowed(
         self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec, slots: list[int]

@@ -51,6 +51,7 @@ class Reclaims(PoolWork):
                 )
                 ref.logger.warning("reclaimed: %s", names)
                 self.note_reclaimed(pool, reclaimed)
+                await self.nodes_gone(ref, [before[s] for s in sorted(reclaimed)])
                 pool.status = render.reclaimed(pool.status, reclaimed, self.clock())
             pool.replace_pending, pool.reclaimed_at = True, seen_at if reclaimed else None
             config = self._config(ref, spec)
@@ -209,6 +210,7 @@ class Reclaims(PoolWork):
                 f"the cloud reclaimed {count} instance(s): {gone}; replacing",
             )
             ref.logger.warning("reclaimed: %s", gone)
+            await self.nodes_gone(ref, [before[s] for s in result.gone_slots if s in before])
             pool.replace_pending, pool.reclaimed_at = True, time.monotonic()
             await self._write(pool, ref, status)
         elif result.orphan_slots:  # a run died after creating them: the next up adopts them
