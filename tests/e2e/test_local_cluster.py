@@ -53,12 +53,13 @@ def _pid_alive(pid: int) -> bool:
 
 
 def test_cluster_serves_a_crd_round_trip_and_down_leaves_nothing(tmp_path: Path) -> None:
-    for tool in ("etcd", "kube-apiserver", "kube-controller-manager"):
+    for tool in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"):
         require_tool(tool)
     kubectl = str(require_tool("kubectl"))
     spotpool = Path(os.environ.get("VIRTUAL_ENV", ".venv")) / "bin" / "spotpool"
     directory = tmp_path / "cluster"
-    subprocess.run([str(spotpool), "cluster", "up", "--dir", str(directory)], check=True)
+    up = [str(spotpool), "cluster", "up", "--dir", str(directory), "--scheduler"]
+    subprocess.run(up, check=True)
     state = load_state(directory)
     try:
         env = {**os.environ, "KUBECONFIG": str(state.kubeconfig)}
@@ -89,11 +90,23 @@ def test_cluster_serves_a_crd_round_trip_and_down_leaves_nothing(tmp_path: Path)
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(f"{state.server}/api", context=context, timeout=5)
         assert refused.value.code == 401
+
+        # --scheduler: kube-scheduler runs under its own identity and looks at every pod.
+        assert state.scheduler_pid and _pid_alive(state.scheduler_pid)
+        kc("run", "waiting", "--image=none", "--restart=Never")
+
+        def unschedulable() -> bool:
+            pod = json.loads(kc("get", "pod", "waiting", "-o", "json"))
+            conditions = pod["status"].get("conditions") or []
+            return any(c.get("reason") == "Unschedulable" for c in conditions)
+
+        wait_until(unschedulable, "the scheduler's verdict on a cluster without nodes", 30, 0.3)
     finally:
         subprocess.run([str(spotpool), "cluster", "down", "--dir", str(directory)], check=True)
     assert not _pid_alive(state.etcd_pid)
     assert not _pid_alive(state.apiserver_pid)
     assert state.controller_manager_pid and not _pid_alive(state.controller_manager_pid)
+    assert not _pid_alive(state.scheduler_pid)
     assert not (directory / "cluster.json").exists()
 
 
