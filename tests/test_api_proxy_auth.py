@@ -163,7 +163,7 @@ def test_two_authorization_headers_are_refused(proxy: ApiProxy, cloud: Cloud) ->
         theirs_named = (
             "Authorization",
             f"TC3-HMAC-SHA256 Credential={theirs['TENCENTCLOUD_SECRET_ID']}/2026-01-01/cvm/"
-            "tc3_request, SignedHeaders=content-type;host, Signature=" + "0" * 64,
+            "tc3_request, SignedHeaders=content-type;host;x-tc-action, Signature=" + "0" * 64,
         )
         api = ("http://cvm.tencentcloudapi.com/", "cvm.tencentcloudapi.com")
         error = _signed(proxy.url, *api, mine, first=[theirs_named])["Error"]
@@ -174,26 +174,50 @@ def test_two_authorization_headers_are_refused(proxy: ApiProxy, cloud: Cloud) ->
     assert cloud.callers == [REAL_ID]
 
 
+def test_an_unsigned_action_is_refused(proxy: ApiProxy, cloud: Cloud) -> None:
+    """Before: X-TC-Action was outside the signature, so a seen DescribeInstances could be
+    sent again as TerminateInstances with the same body and a valid signature."""
+    api = ("http://cvm.tencentcloudapi.com/", "cvm.tencentcloudapi.com")
+    with proxy.issue(
+        {"TENCENTCLOUD_SECRET_ID": REAL_ID, "TENCENTCLOUD_SECRET_KEY": REAL_KEY}
+    ) as run_env:
+        unsigned = _signed(
+            proxy.url, *api, run_env, signed=("content-type", "host"), action="TerminateInstances"
+        )
+        error = unsigned["Error"]
+        assert isinstance(error, dict) and error["Code"] == "AuthFailure.SignatureFailure", error
+        assert "X-TC-Action" in str(error["Message"])
+        swapped = _signed(proxy.url, *api, run_env, action="TerminateInstances")["Error"]
+        assert isinstance(swapped, dict) and "does not match" in str(swapped["Message"])
+        assert cloud.calls == []
+        assert "Error" not in _signed(proxy.url, *api, run_env)  # the control: signed, as sent
+    assert cloud.callers == [REAL_ID]
+
+
 def _signed(
     proxy_url: str,
     target: str,
     host: str,
     run_env: dict[str, str],
     first: list[tuple[str, str]] | None = None,
+    signed: tuple[str, ...] = ("content-type", "host", "x-tc-action"),
+    action: str = "DescribeInstances",
 ) -> dict[str, object]:
     """A DescribeInstances to `target` with this Host, signed (TC3) with the run's placeholder
-    keys; `first`: headers sent before the others."""
+    keys over the `signed` headers; `first`: headers sent before the others; `action`: the
+    X-TC-Action sent (after signing)."""
     body, now = b"{}", int(time.time())
     date = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d")
     headers = {"host": host, "content-type": "application/json",
                "x-tc-action": "DescribeInstances", "x-tc-timestamp": str(now)}  # fmt: skip
     secret_id, secret_key = run_env["TENCENTCLOUD_SECRET_ID"], run_env["TENCENTCLOUD_SECRET_KEY"]
-    scope = ("cvm", date, ["content-type", "host"])
+    scope = ("cvm", date, list(signed))
     signature = tc3.signature("POST", "", headers, body, secret_key, scope, now)
     authorization = (
         f"TC3-HMAC-SHA256 Credential={secret_id}/{date}/cvm/tc3_request, "
-        f"SignedHeaders=content-type;host, Signature={signature}"
+        f"SignedHeaders={';'.join(signed)}, Signature={signature}"
     )
+    headers["x-tc-action"] = action
     connection = http.client.HTTPConnection(proxy_url.removeprefix("http://"), timeout=10)
     try:
         connection.putrequest("POST", target, skip_host=True, skip_accept_encoding=True)

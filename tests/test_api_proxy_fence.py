@@ -88,7 +88,7 @@ def _call(proxy_url: str, action: str = "RunInstances") -> dict[str, object]:
         "X-TC-Action": action,
         "X-TC-Region": "ap-guangzhou",
         "Authorization": "TC3-HMAC-SHA256 Credential=x/2026-11-27/cvm/tc3_request, "
-        "SignedHeaders=content-type;host, Signature=" + "0" * 64,
+        "SignedHeaders=content-type;host;x-tc-action, Signature=" + "0" * 64,
         "Content-Type": "application/json",
     }
     keys = Credentials(

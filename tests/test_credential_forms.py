@@ -166,7 +166,7 @@ def test_a_call_re_signed_with_the_live_keys_verifies_as_theirs() -> None:
         "X-TC-Action": "DescribeInstances",
         "X-TC-Token": "the-old-token",
         "Authorization": "TC3-HMAC-SHA256 Credential=AKIDold/2026-11-27/cvm/tc3_request, "
-        "SignedHeaders=content-type;host, Signature=" + "0" * 64,
+        "SignedHeaders=content-type;host;x-tc-action, Signature=" + "0" * 64,
     }
     live = Credentials(
         secret_id=SecretStr("AKIDlive"), secret_key=SecretStr("live-key"), token=SecretStr("t2")

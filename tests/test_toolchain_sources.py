@@ -4,14 +4,17 @@ folder, a script served over loopback HTTP, a script on PATH."""
 
 import http.server
 import re
+import shutil
 import socket
 import stat
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from spotpool.toolchain import gobuild
 from spotpool.toolchain.gobuild import ToolUnavailable
 from spotpool.toolchain.install import (
     CACHE,
@@ -107,6 +110,22 @@ def test_the_order_is_cache_path_download_go_proxy_local_source() -> None:
     assert source_order(TOOLS_BY_NAME["kube-controller-manager"]) == [
         CACHE, ON_PATH, DOWNLOAD, GO_PROXY,
     ]  # fmt: skip
+    # Built with a source patch (X-TC-Action signed): never the published binary.
+    assert source_order(TOOLS_BY_NAME["pulumi-resource-tencentcloud"]) == [CACHE, GO_PROXY]
+
+
+def test_a_source_patch_applies_exactly_once_to_the_published_module() -> None:
+    """The patch's text is found once in the module the build downloads (a new release that
+    moved the line fails the build, it is never built unpatched)."""
+    (patch,) = TOOLS_BY_NAME["pulumi-resource-tencentcloud"].build.patches  # type: ignore[union-attr]
+    workdir = Path(tempfile.mkdtemp())
+    try:
+        found = gobuild._download_module(patch.module, patch.version, workdir)
+        text = (Path(found["Dir"]) / patch.file).read_text()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    assert text.count(patch.old) == 1
+    assert "x-tc-action" in patch.new and "x-tc-action" not in patch.old
 
 
 def test_the_local_source_builds_when_every_other_source_fails(cache: Path, mirror: Path) -> None:

@@ -1,20 +1,20 @@
 """A stand-in for the Tencent Cloud API that checks signatures with the real keys (as the API
-does) and records what reaches it, and a DescribeInstances signed by the official SDK through
-an HTTP proxy, as the provider sends its calls."""
+does) and records what reaches it, and a DescribeInstances signed as the provider signs, through an
+HTTP proxy, as the provider sends its calls."""
 
+import http.client
 import json
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from tencentcloud.common.credential import Credential
-from tencentcloud.common.profile.client_profile import ClientProfile
-from tencentcloud.common.profile.http_profile import HttpProfile
-from tencentcloud.cvm.v20170312 import cvm_client, models
+from tencentcloud.common.exception.tencent_cloud_sdk_exception import TencentCloudSDKException
 
 from spotpool.emulator.errors import ApiError
 from spotpool.emulator.signature import SignedRequest, verify
+from spotpool.engine.tencent import tc3
 
 
 class Cloud(ThreadingHTTPServer):
@@ -68,10 +68,34 @@ def serve(server: ThreadingHTTPServer) -> Iterator[ThreadingHTTPServer]:
 
 
 def describe(proxy_url: str, secret_id: str, secret_key: str, token: str | None = None) -> object:
-    """DescribeInstances through the proxy, signed by the official SDK as the provider signs:
-    plain HTTP to cvm.tencentcloudapi.com, the proxy as the HTTP proxy."""
-    profile = ClientProfile(
-        httpProfile=HttpProfile(protocol="http", proxy=proxy_url, reqTimeout=10)
+    """DescribeInstances through the proxy, signed as the provider signs (its SDK, as the
+    toolchain builds it, covers content-type, host and x-tc-action): plain HTTP to
+    cvm.tencentcloudapi.com, the proxy as the HTTP proxy. Raises the SDK's exception on an
+    error answer."""
+    body, now = b"{}", int(time.time())
+    date = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d")
+    names = ["content-type", "host", "x-tc-action"]
+    headers = {
+        "host": "cvm.tencentcloudapi.com",
+        "content-type": "application/json",
+        "x-tc-action": "DescribeInstances",
+        "x-tc-version": "2017-03-12",
+        "x-tc-region": "ap-guangzhou",
+        "x-tc-timestamp": str(now),
+        **({"x-tc-token": token} if token else {}),
+    }
+    signed = tc3.signature("POST", "", headers, body, secret_key, ("cvm", date, names), now)
+    headers["authorization"] = (
+        f"TC3-HMAC-SHA256 Credential={secret_id}/{date}/cvm/tc3_request, "
+        f"SignedHeaders={';'.join(names)}, Signature={signed}"
     )
-    client = cvm_client.CvmClient(Credential(secret_id, secret_key, token), "ap-guangzhou", profile)
-    return client.DescribeInstances(models.DescribeInstancesRequest())
+    connection = http.client.HTTPConnection(proxy_url.removeprefix("http://"), timeout=10)
+    try:
+        connection.request("POST", "http://cvm.tencentcloudapi.com/", body, headers)
+        reply = json.loads(connection.getresponse().read())["Response"]
+    finally:
+        connection.close()
+    if "Error" in reply:
+        error = reply["Error"]
+        raise TencentCloudSDKException(error["Code"], error["Message"], reply.get("RequestId"))
+    return reply

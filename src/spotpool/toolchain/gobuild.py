@@ -111,11 +111,13 @@ def wrapper_go_mod(spec: GoBuild, version: str, gomod: GoMod) -> str:
         "",
         *(f"replace {old} => {new}" for old, new in spec.replaces.items()),
         *(f"replace {module} => ./{_stub_dir(module)}" for module in spec.stubs),
+        *(f"replace {module} => ./{_patched_dir(module)}" for module in _patched(spec)),
     ]
     for replace in gomod.Replace or []:
         old, new = replace.Old, replace.New
         old_at = f"{old.Path} {old.Version}" if old.Version else old.Path
-        if old.Path in spec.replaces or old.Path in spec.stubs:  # the recipe's choice wins
+        if old.Path in spec.replaces or old.Path in spec.stubs or old.Path in _patched(spec):
+            # the recipe's choice wins
             continue
         if new.Version:  # a module-path replace: keep it as it is
             lines.append(f"replace {old_at} => {new.Path} {new.Version}")
@@ -144,6 +146,35 @@ def _write_stubs(spec: GoBuild, workdir: Path) -> None:
             shutil.copy2(source, directory / source.name)
 
 
+def _patched(spec: GoBuild) -> set[str]:
+    return {patch.module for patch in spec.patches}
+
+
+def _patched_dir(module: str) -> str:
+    return "patched/" + module.replace("/", "_")
+
+
+def _write_patched(spec: GoBuild, workdir: Path) -> None:
+    """A writable copy of each patched module, each edit applied exactly once."""
+    for module in sorted(_patched(spec)):
+        edits = [patch for patch in spec.patches if patch.module == module]
+        info = _download_module(module, edits[0].version, workdir)
+        directory = workdir / _patched_dir(module)
+        shutil.rmtree(directory, ignore_errors=True)
+        shutil.copytree(info["Dir"], directory, copy_function=shutil.copyfile)
+        for path, _, _ in os.walk(directory):
+            Path(path).chmod(0o755)
+        for edit in edits:
+            target = directory / edit.file
+            text = target.read_text()
+            if text.count(edit.old) != 1:
+                raise ToolUnavailable(
+                    f"patch '{edit.why}' does not apply to {module}@{edit.version}/{edit.file}: "
+                    "its text was not found exactly once"
+                )
+            target.write_text(text.replace(edit.old, edit.new))
+
+
 def _ldflags(recipe: list[str]) -> str:
     # No symbol table or DWARF: the link of the big binaries (the tencentcloud plugin,
     # kube-apiserver) spends much of its time writing them, and nobody debugs these tools here.
@@ -159,6 +190,7 @@ def build(spec: GoBuild, workdir: Path, output: Path) -> BuildReport:
         for source in (RECIPES / spec.recipe).glob("*.go"):
             shutil.copy2(source, workdir / source.name)
     _write_stubs(spec, workdir)
+    _write_patched(spec, workdir)
     args = ["build", "-o", str(output)]
     if spec.tags:
         args += ["-tags", ",".join(spec.tags)]

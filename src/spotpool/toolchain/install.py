@@ -58,7 +58,10 @@ class ToolStatus(BaseModel):
 
 
 def source_order(tool: Tool) -> list[str]:
-    """The sources tried for `tool`, first to last."""
+    """The sources tried for `tool`, first to last. A tool built with source patches comes only
+    from our build: the published binary (downloaded, or on PATH) lacks what they change."""
+    if tool.build and tool.build.patches:
+        return [CACHE, GO_PROXY]
     order = [CACHE, ON_PATH]
     if tool.download_url:
         order.append(DOWNLOAD)

@@ -55,6 +55,20 @@ class GoBuild(BaseModel):
     stubs: dict[str, str] = Field(default_factory=dict, description="module -> recipe directory")
     # The checksum database answers 404 for many older releases the proxy still serves.
     checksum_db: bool = True
+    # Small edits to a dependency's published source, built from a patched copy.
+    patches: list["SourcePatch"] = Field(default_factory=list)
+
+
+class SourcePatch(BaseModel):
+    """One exact text replacement in one file of a published module (applied to a copy; the
+    build fails when `old` is not found exactly once, so a new release is never patched blind)."""
+
+    module: str
+    version: str
+    file: str = Field(description="path inside the module")
+    old: str
+    new: str
+    why: str
 
 
 class LocalSource(BaseModel):
@@ -65,6 +79,27 @@ class LocalSource(BaseModel):
     module_dir: str = Field(".", description="where its go.mod is, inside the folder")
     package: str = Field(".", description="the main package, relative to module_dir")
     ldflags: list[str] = []
+
+
+# The API proxy refuses a call whose X-TC-Action is not signed (it could be swapped on a
+# captured request: same body, another action). The API accepts any signed header set that
+# holds content-type and host, and lowercases the action's value in the canonical form.
+SIGN_ACTION = SourcePatch(
+    module="github.com/tencentcloud/tencentcloud-sdk-go/tencentcloud/common",
+    version="v1.0.715",
+    file="client.go",
+    old=(
+        'canonicalHeaders := fmt.Sprintf("content-type:%s\\nhost:%s\\n", '
+        'headers["Content-Type"], headers["Host"])\n'
+        '\tsignedHeaders := "content-type;host"\n'
+    ),
+    new=(
+        'canonicalHeaders := fmt.Sprintf("content-type:%s\\nhost:%s\\nx-tc-action:%s\\n", '
+        'headers["Content-Type"], headers["Host"], strings.ToLower(headers["X-TC-Action"]))\n'
+        '\tsignedHeaders := "content-type;host;x-tc-action"\n'
+    ),
+    why="sign X-TC-Action (TC3)",
+)
 
 
 class Tool(BaseModel):
@@ -162,7 +197,9 @@ TOOLS: list[Tool] = [
     Tool(
         name="pulumi-resource-tencentcloud",
         version=TENCENTCLOUD_PLUGIN_VERSION,
-        revision="lean1",  # only the mapped resource kept: no schema validation of 1,250
+        # lean1: only the mapped resource kept (no schema validation of 1,250);
+        # lean2: X-TC-Action signed (the SDK's TC3 signs only content-type and host).
+        revision="lean2",
         binary="pulumi-resource-tencentcloud",
         version_args=["-version"],
         plugin=("resource", "tencentcloud"),
@@ -188,6 +225,7 @@ TOOLS: list[Tool] = [
                 ),
             },
             checksum_db=False,
+            patches=[SIGN_ACTION],
             ldflags=[
                 _x("main.version", TENCENTCLOUD_PLUGIN_VERSION),
                 _x(

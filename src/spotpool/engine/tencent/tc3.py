@@ -2,8 +2,9 @@
 run's call is signed with the placeholder keys issued to that run (`verify`), then signs it
 again with the real keys (`resign`), which the run never sees.
 
-The provider's SDK signs the headers its Authorization names (content-type;host), the body's
-SHA-256 and, for GET, the query; the token travels unsigned in X-TC-Token. The new signature
+The provider's SDK signs the headers its Authorization names (content-type;host;x-tc-action:
+the toolchain builds its SDK with the action signed), the body's SHA-256 and, for GET, the
+query; the token travels unsigned in X-TC-Token. The new signature
 covers the same, with a fresh X-TC-Timestamp (a call that waited for a rate-limit token would
 otherwise also risk the API's five-minute signature window).
 """
@@ -92,6 +93,9 @@ def verify(
     names = match["headers"].split(";")
     if "host" not in names or "content-type" not in names:
         return "the signature does not cover the Host and Content-Type headers"
+    if "x-tc-action" not in names:
+        # Unsigned, the action of a seen request could be swapped: the same body, another call.
+        return "the signature does not cover the X-TC-Action header"
     secret_key = keys(match["id"])
     if secret_key is None:
         return "signed with a SecretId this proxy did not issue (or one that expired)"
