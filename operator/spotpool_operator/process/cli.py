@@ -279,8 +279,8 @@ def run(
         envvar="SPOTPOOL_CLUSTER_ID",
         help="Names this cluster on every instance the install makes (tag spotpool-cluster); "
         "only instances with this cluster's and this install's tags are ever adopted or "
-        "terminated. Default: the kube-system Namespace's uid. Set it to keep a cluster's "
-        "identity across a rebuild on purpose.",
+        "terminated. Default: the kube-system Namespace's uid. Never another live "
+        "cluster's: two live clusters with one identity hold each other (IdentityConflict).",
     ),
     take_over_from: list[str] = typer.Option(
         [],
