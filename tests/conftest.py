@@ -85,6 +85,7 @@ LONGEST_FIRST = (
     "e2e/test_operator",  # 125
     "e2e/test_limits_held",  # 110
     "e2e/test_deploy",  # 98
+    "e2e/test_node_pools",  # 70 alone: one world with nodes (scheduler, KWOK), three pools
     "e2e/test_misbehaving_cloud",  # 72-124: lost answers, a lagging listing, throttling
     "e2e/test_notice_bounds",  # 89
     "e2e/test_notices",  # 70

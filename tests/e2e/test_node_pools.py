@@ -1,0 +1,138 @@
+"""Pools whose instances are nodes (spec.nodes, docs/nodes.md), end to end on the local world
+with nodes (kube-scheduler, KWOK, the node agent): a Deployment and a PDB on a pool's nodes; a
+reclaim without notice has the Node deleted and the pods Running again within the replacement's
+boot, not 300 s; a scale-down drains before it terminates; a pool without the field has no node
+rows. One world for the module."""
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from spotpool.localworld.kube import Kube
+from tests.e2e._support.pool_views import by_slot
+from tests.e2e.conftest import operator_world
+from tests.operator.world import OperatorWorld, pool_manifest
+
+pytestmark = pytest.mark.e2e
+BOOT = 2.0
+JOIN = "#!/bin/sh\n# spotpool:join-node\n"
+NODES = {"labels": {"spotpool.io/pool": "gpu"}, "drainTimeoutSeconds": 30}
+
+
+@pytest.fixture(scope="module")
+def world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorWorld]:
+    directory = tmp_path_factory.mktemp("node-pools")
+    with operator_world(
+        kube, directory, boot_seconds=BOOT, nodes={"lease_seconds": 20}, refresh_seconds=60
+    ) as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def ns(world: OperatorWorld) -> str:
+    return world.namespace()
+
+
+def pods(kube: Kube, namespace: str) -> list[dict[str, Any]]:
+    found = kube.ok("-n", namespace, "get", "pods", "-l", "app=web", "-o", "json")
+    return list(json.loads(found)["items"])
+
+
+def running_on(kube: Kube, namespace: str) -> dict[str, str]:
+    """Running pods not being deleted: name -> node."""
+    return {
+        p["metadata"]["name"]: p["spec"].get("nodeName", "")
+        for p in pods(kube, namespace)
+        if p.get("status", {}).get("phase") == "Running"
+        and not p["metadata"].get("deletionTimestamp")
+    }
+
+
+def test_a_pool_without_the_field_has_no_node_rows(world: OperatorWorld, ns: str) -> None:
+    world.apply(ns, pool_manifest("plain", replicas=1, userData=JOIN,
+                                  terminationNotices={"enabled": False}))  # fmt: skip
+    pool = world.wait_ready(ns, "plain", 1)
+    assert "nodes" not in pool["status"] or pool["status"]["nodes"] == []
+    world.kube.ok("-n", ns, "delete", "spotpools", "plain", "--wait=false")
+
+
+def test_the_pools_nodes_are_labelled_and_its_deployment_runs_there(
+    world: OperatorWorld, ns: str
+) -> None:
+    world.apply(ns, pool_manifest("gpu", replicas=2, userData=JOIN, nodes=NODES,
+                                  terminationNotices={"enabled": False}))  # fmt: skip
+    world.wait_ready(ns, "gpu", 2)
+
+    def nodes_ready() -> list[dict[str, Any]] | None:
+        rows = world.status(ns, "gpu").get("nodes") or []
+        return rows if len(rows) == 2 and all(r.get("ready") for r in rows) else None
+
+    rows = world.wait_until(nodes_ready, "both nodes Ready in status.nodes", timeout=90)
+    for row in rows:
+        node = json.loads(world.kube.ok("get", "node", row["node"], "-o", "json"))
+        assert node["metadata"]["labels"]["spotpool.io/pool"] == "gpu"
+    web = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "nodeSelector": {"spotpool.io/pool": "gpu"},
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "c", "image": "pause"}],
+                },
+            },
+        },
+    }
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+    }
+    world.kube.ok("-n", ns, "apply", "-f", "-", stdin=json.dumps(web))
+    world.kube.ok("-n", ns, "apply", "-f", "-", stdin=json.dumps(budget))  # fmt: skip
+    world.wait_until(lambda: len(running_on(world.kube, ns)) == 2 or None, "web running", 90)
+
+
+def test_a_reclaim_deletes_the_node_and_the_pods_run_again_within_the_boot(
+    world: OperatorWorld, ns: str
+) -> None:
+    status = world.status(ns, "gpu")
+    nodes = {r["instanceId"]: r["node"] for r in status["nodes"]}
+    where = running_on(world.kube, ns)
+    victim = next(i for i, node in nodes.items() if node in where.values())
+    gone = nodes[victim]
+    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [victim]})
+    reclaimed = time.monotonic()
+    world.wait_until(lambda: "NodeGone" in world.reasons(ns, "gpu") or None, "NodeGone", 60)
+    assert world.kube.run("get", "node", gone).returncode != 0  # deleted, not left NotReady
+
+    def back() -> dict[str, str] | None:
+        now = running_on(world.kube, ns)
+        return now if len(now) == 2 and gone not in now.values() else None
+
+    world.wait_until(back, "both web pods Running again off the reclaimed node", timeout=60)
+    took = time.monotonic() - reclaimed
+    assert took < 60, took  # seconds, not the node monitor's 40 s and the 300 s toleration
+    print(f"pods Running again {took:.1f} s after the reclaim")
+
+
+def test_a_scale_down_drains_before_it_terminates(world: OperatorWorld, ns: str) -> None:
+    world.wait_ready(ns, "gpu", 2)
+    going = by_slot(world.status(ns, "gpu"))[1]
+    world.kube.ok("-n", ns, "patch", "spotpools", "gpu", "--type=merge",
+                  "-p", json.dumps({"spec": {"replicas": 1}}))  # fmt: skip
+    world.wait_ready(ns, "gpu", 1)
+    reasons = world.reasons(ns, "gpu")
+    assert "Drained" in reasons, reasons
+    drained = [m for _, r, m in world.events(ns, "gpu") if r == "Drained"]
+    assert any(going.lower() in m for m in drained), drained
+    world.wait_until(lambda: len(running_on(world.kube, ns)) == 2 or None, "web again", 60)
