@@ -20,6 +20,7 @@ from spotpool.engine.leftovers.claims import (
     RENEW_EVERY,
     Claim,
     Watch,
+    delete_claim,
     describe_rivals,
     read_claims,
     rivals,
@@ -123,6 +124,12 @@ class IdentityClaims:
             and self.watch.members.get(c.nonce, float("-inf")) < c.renewed - self.slack
             for c in claims
         )
+
+    def release(self) -> None:
+        """Stopping cleanly: this process's claim goes (blocking)."""
+        files = open_backend(self.backend_url)
+        if files is not None:
+            delete_claim(files, self.mine)
 
     async def run(self, every: float = RENEW_EVERY) -> None:
         """Renew and check every `every` seconds until cancelled."""

@@ -240,6 +240,9 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         reconciler.close()
+        if reconciler.claims is not None:  # with the Leases: nothing would vouch for it
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(reconciler.claims.release)
         if shards is not None:  # a successor need not wait for them to expire
             await asyncio.to_thread(shards.release_all)
 

@@ -62,6 +62,12 @@ def write_claim(files: BackendFiles, claim: Claim) -> None:
                 claim.model_dump_json().encode())  # fmt: skip
 
 
+def delete_claim(files: BackendFiles, claim: Claim) -> None:
+    """A process stopping cleanly: its Leases are released, so no Lease would vouch for its
+    last claim to its successor; the claim goes with them."""
+    files.delete(f"{CLAIMS}{_safe(claim.cluster)}/{_safe(claim.nonce)}.json")
+
+
 def read_claims(files: BackendFiles, cluster: str) -> list[Claim]:
     """Every claim of `cluster` (any install); one unreadable (half-written) is skipped."""
     found = []
