@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
+from tencentcloud.common.exception.tencent_cloud_sdk_exception import TencentCloudSDKException
 
 from spotpool.localworld.node_agent import (
     INSTANCE_LABEL,
@@ -36,6 +37,7 @@ class FakeCloud:
     instances: list[dict[str, Any]]
     user_data: dict[str, str]
     asked: list[list[str]] = field(default_factory=list)
+    foreign: set[str] = field(default_factory=set)  # another account's: NotFound to our keys
 
     def all_instances(self) -> list[dict[str, Any]]:
         return self.instances
@@ -43,6 +45,8 @@ class FakeCloud:
     def cvm(self, region: str) -> Any:
         def describe(request: Any) -> Any:
             self.asked.append(request.InstanceIds)
+            if self.foreign & set(request.InstanceIds):
+                raise TencentCloudSDKException("InvalidInstanceId.NotFound", "not found")
             return SimpleNamespace(InstanceSet=[
                 SimpleNamespace(InstanceId=i, Attributes=SimpleNamespace(
                     UserData=base64.b64encode(self.user_data[i].encode()).decode()))
@@ -126,3 +130,15 @@ def test_the_kubelet_stops_with_its_instance_and_a_deleted_node_stays_deleted() 
     joined.update(Gone=True, InstanceState="SHUTDOWN")  # reclaimed
     agent.step()
     assert MANAGED_LABEL not in core.nodes["ins-a"]["metadata"]["labels"]
+
+
+def test_another_accounts_instance_does_not_hold_the_others_back() -> None:
+    cloud = FakeCloud([_instance("ins-a"), _instance("ins-x")],
+                      {"ins-a": JOIN_MARKER, "ins-x": JOIN_MARKER}, foreign={"ins-x"})  # fmt: skip
+    core = FakeCore()
+    agent = _agent(cloud, core)
+    agent.step()
+    agent.step()
+    assert set(core.nodes) == {"ins-a"}
+    assert agent.joining == {"ins-a": True, "ins-x": False}
+    assert cloud.asked == [["ins-a", "ins-x"], ["ins-a"], ["ins-x"]]  # then never again

@@ -20,6 +20,7 @@ from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from tencentcloud.common.exception.tencent_cloud_sdk_exception import TencentCloudSDKException
 from tencentcloud.cvm.v20170312 import models
 
 from spotpool.localworld.emulator import EmulatorProcess
@@ -30,6 +31,7 @@ INSTANCE_LABEL = "spotpool.io/instance-id"
 MANAGED_LABEL = "spotpool.io/local-kubelet"
 MANAGED_VALUE = "kwok"
 KUBELET_VERSION = "v1.36.3"  # the local cluster's release (toolchain.manifest)
+ATTRIBUTES_PAGE = 100  # DescribeInstancesAttributes' limit of ids a call
 
 log = logging.getLogger(__name__)
 
@@ -155,12 +157,30 @@ class NodeAgent:
         for instance in instances:
             by_region.setdefault(instance["Region"], []).append(instance["InstanceId"])
         for region, ids in by_region.items():
-            request = models.DescribeInstancesAttributesRequest()
-            request.from_json_string(json.dumps({"InstanceIds": ids, "Attributes": ["UserData"]}))
+            for start in range(0, len(ids), ATTRIBUTES_PAGE):
+                batch = ids[start : start + ATTRIBUTES_PAGE]
+                try:
+                    self._ask_user_data(region, batch)
+                except TencentCloudSDKException as error:
+                    if error.get_code() != "InvalidInstanceId.NotFound":
+                        raise  # asked again on the next pass
+                    # One of them is gone, or another account's: each on its own.
+                    for instance_id in batch:
+                        self._ask_user_data(region, [instance_id], missing_joins=False)
+
+    def _ask_user_data(self, region: str, ids: list[str], missing_joins: bool = True) -> None:
+        request = models.DescribeInstancesAttributesRequest()
+        request.from_json_string(json.dumps({"InstanceIds": ids, "Attributes": ["UserData"]}))
+        try:
             reply = self.emulator.cvm(region=region).DescribeInstancesAttributes(request)
-            for item in reply.InstanceSet:
-                data = base64.b64decode(item.Attributes.UserData or "").decode(errors="replace")
-                self.joining[item.InstanceId] = joins(data)
+        except TencentCloudSDKException as error:
+            if missing_joins or error.get_code() != "InvalidInstanceId.NotFound":
+                raise
+            self.joining[ids[0]] = False  # not ours to see: it never joins here
+            return
+        for item in reply.InstanceSet:
+            data = base64.b64decode(item.Attributes.UserData or "").decode(errors="replace")
+            self.joining[item.InstanceId] = joins(data)
 
     def _register(self, instance: dict[str, Any]) -> None:
         try:
