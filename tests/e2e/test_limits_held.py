@@ -179,3 +179,38 @@ def test_a_notice_surge_and_a_rollout_surge_at_the_limit_stay_within_it(
           f"at most {live.most}")  # fmt: skip
     assert noticed == 1 and live.most == 1
     assert not world.status(ns, "surging").get("surges")
+
+
+def test_a_return_to_spot_at_the_limit_stays_within_it(world: OperatorWorld) -> None:
+    """Before: moving on-demand fallbacks back to spot was one plain up, each slot replaced
+    create-before-delete outside any reservation (4 live under a limit of 2)."""
+    kind, zones = "SA2.LARGE8", ["ap-singapore-2", "ap-singapore-3"]
+
+    def stock(available: int | None) -> None:
+        for zone in zones:
+            offer = {"Zone": zone, "InstanceType": kind, "Available": available}
+            world.emulator.admin_ok("POST", "/_emulator/capacity", offer)
+
+    ns = world.namespace()
+    limit(world, ns, instances=2)
+    stock(0)  # no spot stock: the pool starts on demand
+    manifest = pool_manifest(
+        "returning", replicas=2, instanceType=kind, availabilityZones=zones,
+        refreshInterval="10s", disruption={"maxUnavailable": 1, "maxSurge": 1},
+        onDemandFallback={"enabled": True, "maxOnDemand": 2, "returnAfter": "10s"},
+    )  # fmt: skip
+    world.apply(ns, manifest)
+    on_demand = by_slot(world.wait_ready(ns, "returning", 2)["status"])
+    with sampled(world, ns) as live:
+        stock(None)  # spot stock is back
+
+        def on_spot() -> bool:
+            status = world.status(ns, "returning")
+            now = status.get("instances") or []
+            return len(now) == 2 and status.get("readyReplicas") == 2 and (
+                {i.get("chargeType") for i in now} == {"SPOTPAID"})  # fmt: skip
+
+        world.wait_until(on_spot, "the pool back on spot", 240)
+    print(f"\n[limits] limit 2: a return to spot of 2 slots at most {live.most} live")
+    assert not set(on_demand.values()) & set(by_slot(world.status(ns, "returning")).values())
+    assert live.most <= 2

@@ -107,22 +107,29 @@ class Converging(PoolWork):
     ) -> Callable[..., OperationResult]:  # fmt: skip
         """A spec change of a pool already converged (beyond its count) is rolled out in batches
         of spec.disruption, the do-not-disrupt slots last (engine/stacks/rollout.py): it previews
-        which slots the change replaces first; a change that replaces none is one plain up."""
+        which slots the change replaces first; a change that replaces none is one plain up.
+
+        Under a namespace limit every up of a converged pool is previewed so: a placement change
+        (back to spot), a drift correction or a change started while the pool is short replaces
+        instances create-before-delete too, and each such surge is reserved first."""
         applied, known = pool.applied, pool.status.observed_generation is not None
-        if (
-            not isinstance(engine, PoolStack)
-            or (applied is None and not known)  # a new pool: nothing to replace
-            or (applied and config.model_copy(update={"count": applied.count}) == applied)
-        ):
-            return engine.up
+        if not isinstance(engine, PoolStack) or (applied is None and not known):
+            return engine.up  # a new pool: nothing to replace
+        unchanged = (
+            applied is not None and config.model_copy(update={"count": applied.count}) == applied
+        )
         stack, bounds = engine, spec.disruption
         status, credentials = pool.status, engine.credentials
 
         def rolling(
             placed: StackConfig, password: str | None, refresh: bool, replan: Replan | None
         ) -> OperationResult:
-            if refresh:  # short of instances: the up looks at the cloud first, as ever
+            limited = self._gate_now(ref, spec, status, credentials) is not None
+            if not limited and (unchanged or refresh):
+                # Short of instances: the up looks at the cloud first, as ever.
                 return stack.up(placed, password, refresh, replan)
+            if refresh:  # limited and short: the cloud looked at first, then rolled out
+                stack.refresh()
             room = self._surge_room(ref, spec, status, credentials, placed.count)
             rollout = roll_out(
                 stack, placed, bounds.max_unavailable, bounds.max_surge, ref.do_not_disrupt,
