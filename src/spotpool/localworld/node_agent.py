@@ -14,6 +14,8 @@ import base64
 import json
 import logging
 import threading
+import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,6 +112,7 @@ class NodeAgent:
     emulator: EmulatorProcess
     kubeconfig: Path
     interval: float = 0.5
+    log_file: Path | None = None  # what it did and what failed, a line each
     joining: dict[str, bool] = field(default_factory=dict)  # instance id -> user data joins
     registered: set[str] = field(default_factory=set)  # instance ids whose Node it made
     dead: set[str] = field(default_factory=set)  # registered, kubelet stopped
@@ -133,6 +136,7 @@ class NodeAgent:
                 self.step()
             except Exception:  # one bad pass (an API server restart, a slow call) is retried
                 log.exception("node agent pass failed")
+                self._note("pass failed, retried:\n" + traceback.format_exc())
             self._stop.wait(self.interval)
 
     def step(self) -> None:
@@ -190,6 +194,7 @@ class NodeAgent:
                 raise
             self._set_managed(instance["InstanceId"], True)  # left from an earlier life
         self.registered.add(instance["InstanceId"])
+        self._note(f"registered {node_name(instance['InstanceId'])}")
 
     def _set_managed(self, instance_id: str, managed: bool) -> None:
         label = {MANAGED_LABEL: MANAGED_VALUE if managed else None}
@@ -199,6 +204,12 @@ class NodeAgent:
             if error.status != 404:  # deleted (the operator's choice): nothing to heartbeat
                 raise
         (self.dead.discard if managed else self.dead.add)(instance_id)
+        self._note(f"{node_name(instance_id)}: kubelet {'started' if managed else 'stopped'}")
+
+    def _note(self, text: str) -> None:
+        if self.log_file is not None:
+            with self.log_file.open("a") as out:
+                out.write(f"{time.strftime('%H:%M:%S')} {text}\n")
 
     def delete_nodes(self) -> None:
         """Delete every Node this agent registered (a shared cluster's next world starts clean)."""

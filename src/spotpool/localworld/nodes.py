@@ -62,7 +62,10 @@ class NodeWorld:
         self._own_scheduler = state.scheduler_pid != before
         try:
             self._start_kwok()
-            self.agent = NodeAgent(self.emulator, self.kubeconfig, self.agent_interval)
+            self.agent = NodeAgent(
+                self.emulator, self.kubeconfig, self.agent_interval,
+                log_file=self.directory / "node-agent.log",
+            )  # fmt: skip
             self.agent.start()
         except BaseException:
             self._stop_processes()
