@@ -129,6 +129,7 @@ def run(settings: OperatorSettings) -> None:
         prices=prices,
     )
     reconciler.claims = claims
+    reconciler.direct_events = DirectEvents(cluster.core())  # its Events outside kopf's handlers
     if settings.sweep != "off":
         reconciler.strays = _stray_sweep(settings, cluster, fleet, shards, metrics)
         reconciler.strays.hold = claims.check  # a fresh verdict right before each pass
