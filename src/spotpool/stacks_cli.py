@@ -1,8 +1,9 @@
-"""`spotpool stacks ls | show NAME`: each pool's stack beside its Spotpool, read-only."""
+"""`spotpool stacks ls | show NAME | orphaned`: each pool's stack beside its Spotpool, read-only."""
 
 import json
 import os
 import threading
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -46,6 +47,49 @@ def list_stacks(backend: str | None = BACKEND) -> None:
         )
     # Piped or logged: whole lines, not a table wrapped into the default 80 columns.
     (console if console.is_terminal else Console(width=200)).print(table)
+
+
+@app.command("orphaned")
+def orphaned_stacks(
+    backend: str | None = BACKEND,
+    kubeconfig: str | None = typer.Option(
+        None, "--kubeconfig", envvar="KUBECONFIG", help="The cluster whose pools to compare."
+    ),
+) -> None:
+    """Stacks whose pool no longer exists in the cluster (no Spotpool `<namespace>/<name>`):
+    their instances are held — never swept — and converged by no one. One line each with the
+    instances it holds; exit 1 when there is any. Delete the stack (`pulumi destroy`) or apply
+    the pool again to take it back."""
+    from spotpool.engine.stacks.orphaned import orphaned
+
+    settings = _settings(backend)
+    try:
+        live = live_pool_stacks(kubeconfig)
+    except Exception as error:
+        raise typer.BadParameter(f"cannot list the cluster's Spotpools: {error}") from None
+    found = orphaned(settings.backend_url, live)
+    if found is None:
+        raise typer.BadParameter(f"cannot read the stacks of {settings.backend_for_display()}")
+    for name, ids in found.items():
+        typer.echo(f"{name}\t{len(ids)} instance(s)\t{' '.join(ids) or '-'}")
+    if found:
+        raise typer.Exit(1)
+    typer.echo("no stack without its pool", err=True)
+
+
+def live_pool_stacks(kubeconfig: str | None) -> set[str]:
+    """The stack name of every Spotpool of the cluster (one list across it)."""
+    import kubernetes
+
+    from spotpool.api.spec import GROUP, PLURAL, VERSION
+
+    kubernetes.config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    api = kubernetes.client.CustomObjectsApi()
+    listed: Any = api.list_cluster_custom_object(GROUP, VERSION, PLURAL, _request_timeout=60)
+    return {
+        f"{item['metadata']['namespace']}.{item['metadata']['name']}"
+        for item in listed.get("items") or []
+    }
 
 
 @app.command("show")

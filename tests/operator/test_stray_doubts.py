@@ -92,3 +92,19 @@ def test_a_termination_failing_mid_pass_leaves_every_sent_batch_audited(
     text = caplog.text
     assert "terminating 1 instance(s) of deleted pool gone-b: i-b" in text  # before the send
     assert "TerminateInstances of i-b failed" in text
+
+
+def test_a_deleted_pools_stack_that_stays_is_a_gauge_and_one_event() -> None:
+    """Its instance held by the stack of a pool no Spotpool has the name of any more."""
+    world = World([instance("i-1", "old-uid", pool="team-a/web")], set(), {"old-uid"})
+    world.held = frozenset({"i-1"})
+    world.backend_says = {"kept": frozenset(), "stacks": frozenset({"team-a.web"})}
+    counted: list[int] = []
+    sweep = world.sweep()
+    sweep.pool_names = lambda names: set()  # no pool has the name again
+    sweep.orphaned.install_object, sweep.orphaned.gauge = LEASE, counted.append
+    assert world.two_passes(sweep) == [] and world.terminated == []
+    run(sweep.sweep())
+    assert counted[-1] == 1 and sweep.orphaned.found == {"team-a.web"}
+    (event,) = [m for _, r, m in world.events.posted if r == "StackOrphaned"]
+    assert "stack team-a.web holds instance(s) i-1" in event

@@ -37,6 +37,7 @@ from spotpool.engine.leftovers.orphans import Action, Decision, Tagged
 from spotpool.engine.leftovers.stray_rules import Fleet, Missing, decide_strays, would_go
 from spotpool.engine.tencent.cloud import FleetInstance
 from spotpool.engine.tencent.credentials import Credentials
+from spotpool_operator.cloud.orphaned_stacks import OrphanedStacks
 from spotpool_operator.reporting.events import Events
 
 log = logging.getLogger("spotpool_operator.strays")
@@ -113,6 +114,7 @@ class StraySweep:
         # Which "namespace/name" are a Spotpool now (a pool re-created under a new uid): its
         # stack must be among what the backend's read found, or the read is doubtful.
         self.pool_names, self.install_object = pool_names, install_object
+        self.orphaned = OrphanedStacks(events, install_object)
         self.accounts: dict[tuple[str, str], _Account] = {}
         self.missing = Missing()
         self.swept = 0  # terminated, in all
@@ -250,6 +252,7 @@ class StraySweep:
             cap=max(0, budget),
             terminate=self.mode == "terminate",
         )
+        holdings: Holdings | None = None
         if would_go(fleet, tagged):  # the backend decides what is held: read it only then
             holdings = await asyncio.to_thread(self.backend.holdings)
             doubt = await asyncio.to_thread(self._doubt, holdings, candidates)
@@ -261,6 +264,9 @@ class StraySweep:
                 trusted_since=holdings.since if holdings else None,
             )
         decisions = decide_strays(fleet, tagged)
+        if holdings is not None and fleet.held and self.pool_names is not None:
+            await asyncio.to_thread(self.orphaned.pass_over, fleet, tagged, holdings.stacks,
+                                    candidates, self.pool_names)  # fmt: skip
         for left in (d for d in decisions if d.action is Action.LEAVE):
             if (left.instance_id, left.reason) not in self._told:  # once, not every pass
                 self._told.add((left.instance_id, left.reason))

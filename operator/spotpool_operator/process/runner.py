@@ -132,6 +132,7 @@ def run(settings: OperatorSettings) -> None:
     reconciler.direct_events = DirectEvents(cluster.core())  # its Events outside kopf's handlers
     if settings.sweep != "off":
         reconciler.strays = _stray_sweep(settings, cluster, fleet, shards, metrics)
+        reconciler.strays.orphaned.gauge = metrics.stacks_orphaned.set
         reconciler.strays.hold = claims.check  # a fresh verdict right before each pass
     registry = kopf.OperatorRegistry()
     handlers.register(registry, reconciler)

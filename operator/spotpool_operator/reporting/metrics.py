@@ -242,6 +242,13 @@ class Metrics:
             "terminate, reported instead (--sweep report): each counted once (strays.py).",
             registry=self.registry,
         )
+        self.stacks_orphaned = Gauge(
+            "spotpool_stacks_orphaned",
+            "Stacks of the backend whose pool no longer exists, holding a deleted pool's "
+            "instances of this install (never swept): as of the sweep's last read "
+            "(cloud/orphaned_stacks.py; `spotpool stacks orphaned` lists them).",
+            registry=self.registry,
+        )
         for result in NOTICE_RESULTS:  # every series exists from the start, at 0
             self.notice_reports.labels(result)
         for event in SURGE_EVENTS:
