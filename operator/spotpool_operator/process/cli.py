@@ -312,7 +312,7 @@ def run(
         help="An instance of this install that no stack holds is terminated only once it is "
         "older than this (a younger one may be a create still in flight); the sweep of "
         "instances whose pool is gone terminates them only once two listings this far apart "
-        "both lacked the pool.",
+        "both lacked the pool. At least 10s.",
     ),
     operator_class: str = typer.Option(
         "",
