@@ -8,8 +8,6 @@ where. Test tools only (`make test-tools`): the demo's cluster has no nodes.
 
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +15,6 @@ from spotpool.children import tied_to_parent
 from spotpool.cluster.local import load_state, start_scheduler, stop_scheduler
 from spotpool.localworld.emulator import EmulatorProcess
 from spotpool.localworld.node_agent import MANAGED_LABEL, MANAGED_VALUE, NodeAgent
-from spotpool.ports import free_port
 from spotpool.toolchain.manifest import TOOLS_BY_NAME
 from spotpool.toolchain.paths import tool_dir
 
@@ -25,8 +22,15 @@ STAGES = Path(__file__).with_name("kwok-stages.yaml")
 READY_TIMEOUT_SECONDS = 60.0
 
 
-def kwok_args(binary: Path, kubeconfig: Path, port: int, lease_seconds: int) -> list[str]:
-    """KWOK on the nodes the agent labels, its health endpoint on loopback."""
+# KWOK logs this once it has reached the API server with its Stages loaded, right before its
+# controllers start (nodes registered before they list are picked up by that first list).
+KWOK_STARTED = '"msg":"Watch nodes"'
+
+
+def kwok_args(binary: Path, kubeconfig: Path, lease_seconds: int) -> list[str]:
+    """KWOK on the nodes the agent labels. No --server-address (nor --node-port): its kubelet
+    API (logs, exec, metrics) would listen without authenticating anyone, and nothing here
+    uses it."""
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
@@ -34,7 +38,6 @@ def kwok_args(binary: Path, kubeconfig: Path, port: int, lease_seconds: int) -> 
         f"--manage-nodes-with-label-selector={MANAGED_LABEL}={MANAGED_VALUE}",
         f"--node-lease-duration-seconds={lease_seconds}",  # renewed every quarter of it
         "--cidr=10.244.0.1/16",
-        f"--server-address=127.0.0.1:{port}",
     ]
 
 
@@ -75,27 +78,21 @@ class NodeWorld:
         binary = tool_dir(TOOLS_BY_NAME["kwok"]) / "kwok"
         if not binary.exists():
             raise RuntimeError("kwok is not installed: run `spotpool toolchain install kwok`")
-        port = free_port()
         self.directory.mkdir(parents=True, exist_ok=True)
         log = self.directory / "kwok.log"
+        log.unlink(missing_ok=True)  # its start line is looked for in this run's log only
         with log.open("ab") as out:
             self.kwok = subprocess.Popen(
-                tied_to_parent(kwok_args(binary, self.kubeconfig, port, self.lease_seconds)),
+                tied_to_parent(kwok_args(binary, self.kubeconfig, self.lease_seconds)),
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )  # fmt: skip
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-        while True:  # its health endpoint serves once its controllers run
+        while KWOK_STARTED not in log.read_text(errors="replace"):
             if self.kwok.poll() is not None:
                 raise RuntimeError(f"kwok exited with {self.kwok.returncode}: see {log}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2):
-                    return
-            except (urllib.error.URLError, OSError) as error:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"kwok not ready in {READY_TIMEOUT_SECONDS:.0f} s: {log}"
-                    ) from error
-                time.sleep(0.2)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"kwok not started in {READY_TIMEOUT_SECONDS:.0f} s: {log}")
+            time.sleep(0.1)
 
     def stop(self) -> None:
         """The agent, KWOK and the scheduler it started stop; the Nodes it registered go."""
