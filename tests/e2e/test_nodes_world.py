@@ -2,8 +2,9 @@
 kube-controller-manager and kube-scheduler, KWOK, the node agent, an operator and the emulator:
 a pool whose user data joins gets one Ready Node per instance within seconds of RUNNING (TKE's
 provider id, the instance-id label), a pool without the join line gets none, a Deployment's
-pods are scheduled onto the nodes and run, and a reclaimed instance's Node stays but its
-heartbeats (the node Lease) stop while the others' go on."""
+pods are scheduled onto the nodes and run (a deleted one goes after its grace), and a
+reclaimed instance's Node stays but its heartbeats (the node Lease) stop while the others' go
+on."""
 
 import json
 import time
@@ -111,6 +112,18 @@ def test_joined_instances_are_ready_nodes_that_run_pods_until_reclaimed(
 
     pods = world.wait_until(running, "4 trainer pods Running", timeout=30)
     assert {p["spec"]["nodeName"] for p in pods} <= {i.lower() for i in instances}
+
+    # A deleted pod goes at the end of its grace, as its kubelet would let it.
+    victim = pods[0]["metadata"]["name"]
+    kube.ok("-n", ns, "delete", "pod", victim, "--grace-period=3", "--wait=false")
+    deleted = time.monotonic()
+    time.sleep(1.5)
+    assert _json(kube, "-n", ns, "get", "pod", victim)["metadata"].get("deletionTimestamp")
+    world.wait_until(
+        lambda: "NotFound" in kube.run("-n", ns, "get", "pod", victim).stderr,
+        "the deleted pod gone after its grace", timeout=10,
+    )  # fmt: skip
+    assert time.monotonic() - deleted >= 2.5
 
     # A reclaim: the Node stays, its heartbeats stop, the other node's go on.
     gone, kept = sorted(instances)
