@@ -99,7 +99,7 @@ LONGEST_FIRST = (
     "engine/test_surge",  # 47
     "engine/test_preview",  # 47
     "e2e/test_doubtful_reads",  # 45: one operator, one pool; its sweeps run in-process
-    "e2e/test_nodes_world",  # 23-29: kube-scheduler, KWOK and the node agent on one pool
+    "e2e/test_nodes_world",  # 23-44 (load 6-13): kube-scheduler, KWOK and the node agent
     "e2e/test_node_drain",  # 12: drains on the session's cluster, no operator
 )
 
