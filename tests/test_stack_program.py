@@ -195,3 +195,42 @@ def test_the_complete_launch_spec_reaches_each_instance(mocks: CloudMocks) -> pu
             assert s["camRoleName"] == "gpu-trainer" and s["placementGroupId"] == "ps-abc1"
 
     return run_program(config).apply(check)
+
+
+class ImportMocks(CloudMocks):
+    """CloudMocks that also note which resources were imported (the id they were given)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.imported: dict[str, str | None] = {}
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        if args.typ != INSTANCE:
+            return f"{args.name}-id", dict(args.inputs)
+        self.imported[args.name] = args.resource_id or None
+        name = args.name.removesuffix("-surge")
+        n = int(name.rsplit("-", 1)[1]) + (50 if name != args.name else 0)
+        self.instances[args.name] = dict(args.inputs)
+        return f"ins-mock{n}", {**args.inputs, "instanceStatus": "RUNNING"}
+
+
+@pytest.fixture
+def import_mocks(pulumi_event_loop: asyncio.AbstractEventLoop) -> ImportMocks:
+    mocks = ImportMocks()
+    pulumi.runtime.set_mocks(mocks, project="spotpool", stack="team-a.gpu", preview=False)
+    return mocks
+
+
+@pulumi.runtime.test
+def test_a_surge_beside_an_adopted_instance_is_a_new_instance(
+    import_mocks: ImportMocks,
+) -> pulumi.Output[Any]:
+    """Slot 0 holds an adopted instance (a storm's fast-path launch, a killed run's create); a
+    notice's surge beside it must be created, never the slot's own instance imported again."""
+
+    def check(_: object) -> None:
+        assert import_mocks.imported["gpu-slot-0"] == "ins-adopted"
+        assert import_mocks.imported["gpu-slot-0-surge"] is None
+
+    config = stack_config().adopting({0: ("ins-adopted", "GN7.2XLARGE32")})
+    return run_program(config, surge=json.dumps([0])).apply(check)

@@ -75,7 +75,9 @@ class SpotPool(pulumi.ComponentResource):
         c = self._config
         charge = c.charge_of(slot)  # a spot pool's slot may have fallen back to on-demand
         spot = charge == ChargeType.SPOTPAID
-        adopted = c.adopted.get(slot)
+        # Adoption names the slot's own instance: a surge beside it is always a new one (else
+        # a notice on a slot filled by adoption "surged" by importing the noticed instance).
+        adopted = None if surge else c.adopted.get(slot)
         net = c.internet_accessible
         nonce = self._nonce_of(slot, surge)
         previous = self._previous_of(slot, surge)
