@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from spotpool.api.stackconfig import install_tag, names_install
+from spotpool.api.stackconfig import install_tag
 from spotpool.engine.leftovers import retained
 from spotpool.engine.leftovers.orphans import Tagged, owner_problem
 from spotpool.engine.state.backend_files import open_backend
@@ -37,9 +37,6 @@ def test_this_releases_value_is_never_the_previous_releases_match() -> None:
 
 
 def test_the_unmarked_value_is_ours_only_with_this_clusters_tag() -> None:
-    assert names_install(install_tag(INSTALL), INSTALL, cluster_matches=False)
-    assert names_install(INSTALL, INSTALL, cluster_matches=True)
-    assert not names_install(INSTALL, INSTALL, cluster_matches=False)
     assert owner_problem(_tagged(install_tag(INSTALL), "c-1"), INSTALL, "c-1") is None
     assert owner_problem(_tagged(INSTALL, "c-1"), INSTALL, "c-1") is None
     assert "another cluster" in str(owner_problem(_tagged(INSTALL, "c-2"), INSTALL, "c-1"))

@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from spotpool.api.spec import GROUP, VERSION
-from spotpool.api.stackconfig import PoolIdentity, names_install
+from spotpool.api.stackconfig import PoolIdentity, install_tag
 from spotpool.engine.leftovers.accounts import AccountRecord
 from spotpool.engine.leftovers.holdings import Holdings
 from spotpool.engine.leftovers.orphans import Action, Decision, Tagged
@@ -230,7 +230,9 @@ class StraySweep:
         candidates = {  # a served pool's instance of this install: its pool may be gone
             item.pool_uid: item.pool
             for item in found
-            if names_install(item.install, self.install_id, item.cluster == self.cluster_id)
+            # either value: the unmarked one is told apart by its cluster tag (owner_problem),
+            # and what is left alone is logged with why
+            if item.install in (install_tag(self.install_id), self.install_id)
             and item.pool_uid
             and self.serves(item.pool_uid)
         }

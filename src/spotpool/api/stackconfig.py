@@ -46,12 +46,6 @@ def install_tag(install_id: str) -> str:
     return f"{install_id}{INSTALL_MARK}"
 
 
-def names_install(value: str | None, install_id: str, cluster_matches: bool) -> bool:
-    """Whether an install tag names this install: its marked value, or the previous releases'
-    unmarked one together with this cluster's tag (`cluster_matches`)."""
-    return value == install_tag(install_id) or (value == install_id and cluster_matches)
-
-
 class PoolIdentity(Model):
     namespace: str
     name: str
