@@ -73,3 +73,12 @@ def test_spec_defaults_and_validation() -> None:
         Disruption.model_validate({"maxUnavailable": 0, "maxSurge": 0})
     with pytest.raises(ValidationError):
         Disruption.model_validate({"maxUnavailable": -1})
+
+
+def test_a_rank_orders_the_batches_protected_slots_still_last() -> None:
+    # The operator's rank for a node pool: pods on each slot's node, the emptiest first.
+    pods = {0: 5, 1: 0, 2: 3, 3: 0}
+    rank = {s: n for n, s in enumerate(sorted(pods, key=lambda s: (pods[s], s)))}
+    batches = plan_batches(range(4), 1, 0, rank=rank)
+    assert [b.slots for b in batches] == [[1], [3], [2], [0]]
+    assert [b.slots for b in plan_batches(range(4), 2, 0, {1}, rank)] == [[2, 3], [0, 1]]

@@ -1,8 +1,9 @@
 """Pools whose instances are nodes (spec.nodes, docs/nodes.md), end to end on the local world
 with nodes (kube-scheduler, KWOK, the node agent): a Deployment and a PDB on a pool's nodes; a
 reclaim without notice has the Node deleted and the pods Running again within the replacement's
-boot, not 300 s; a scale-down drains before it terminates; a pool without the field has no node
-rows. One world for the module."""
+boot, not 300 s; a scale-down drains before it terminates; a termination notice cordons the node
+and moves its pods (PDB respected) onto the surge replacement's node before the cloud takes the
+instance; a pool without the field has no node rows. One world for the module."""
 
 import json
 import time
@@ -12,6 +13,8 @@ from typing import Any
 import pytest
 
 from spotpool.localworld.kube import Kube
+from spotpool.ports import free_port
+from tests.e2e._support.limits import post_notice
 from tests.e2e._support.pool_views import by_slot
 from tests.e2e.conftest import operator_world
 from tests.operator.world import OperatorWorld, pool_manifest
@@ -25,9 +28,11 @@ NODES = {"labels": {"spotpool.io/pool": "gpu"}, "drainTimeoutSeconds": 30}
 @pytest.fixture(scope="module")
 def world(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorWorld]:
     directory = tmp_path_factory.mktemp("node-pools")
+    env = {"SPOTPOOL_NOTICE_PORT": str(free_port())}  # notices reach the operator here
     with operator_world(
-        kube, directory, boot_seconds=BOOT, nodes={"lease_seconds": 20}, refresh_seconds=60
-    ) as made:
+        kube, directory, boot_seconds=BOOT, nodes={"lease_seconds": 20}, refresh_seconds=60,
+        env=env,
+    ) as made:  # fmt: skip
         yield made
 
 
@@ -62,8 +67,7 @@ def test_a_pool_without_the_field_has_no_node_rows(world: OperatorWorld, ns: str
 def test_the_pools_nodes_are_labelled_and_its_deployment_runs_there(
     world: OperatorWorld, ns: str
 ) -> None:
-    world.apply(ns, pool_manifest("gpu", replicas=2, userData=JOIN, nodes=NODES,
-                                  terminationNotices={"enabled": False}))  # fmt: skip
+    world.apply(ns, pool_manifest("gpu", replicas=2, userData=JOIN, nodes=NODES))
     world.wait_ready(ns, "gpu", 2)
 
     def nodes_ready() -> list[dict[str, Any]] | None:
@@ -136,3 +140,54 @@ def test_a_scale_down_drains_before_it_terminates(world: OperatorWorld, ns: str)
     drained = [m for _, r, m in world.events(ns, "gpu") if r == "Drained"]
     assert any(going.lower() in m for m in drained), drained
     world.wait_until(lambda: len(running_on(world.kube, ns)) == 2 or None, "web again", 60)
+    world.wait_until(  # terminated by the operator: its Node goes with it
+        lambda: world.kube.run("get", "node", going.lower()).returncode != 0 or None,
+        "the scaled-down instance's Node deleted", 30,
+    )  # fmt: skip
+
+
+def test_a_notice_moves_the_pods_to_the_replacement_before_the_cloud_takes_the_node(
+    world: OperatorWorld, ns: str
+) -> None:
+    """After the scale-down both web pods run on the one node left; the PDB keeps one of them
+    available (a second eviction is refused until the first pod runs again on the surge's
+    node), sampled all along."""
+    pool = world.wait_ready(ns, "gpu", 1)
+    victim, uid = by_slot(pool["status"])[0], pool["metadata"]["uid"]
+    old = victim.lower()
+    world.wait_until(
+        lambda: list(running_on(world.kube, ns).values()) == [old, old] or None,
+        "both web pods on the one node left", 30,
+    )  # fmt: skip
+    code, message = post_notice(world, victim)
+    assert code < 300, message
+    noticed, fewest = time.monotonic(), 2
+
+    def moved() -> dict[str, str] | None:
+        nonlocal fewest
+        now = running_on(world.kube, ns)
+        fewest = min(fewest, len(now))
+        return now if len(now) == 2 and old not in now.values() else None
+
+    where = world.wait_until(moved, "both web pods Running off the noticed node", timeout=90)
+    took = time.monotonic() - noticed
+    assert world.cloud(uid).get(victim) == "RUNNING"  # the cloud has not taken it yet
+    (surge,) = world.status(ns, "gpu")["surges"]
+    assert set(where.values()) == {surge["instanceId"].lower()}, (where, surge)
+    assert fewest >= 1  # the PDB: never both pods gone at once
+    node = json.loads(world.kube.ok("get", "node", old, "-o", "json"))
+    assert node["spec"].get("unschedulable") is True
+
+    def drained() -> str | None:
+        said = [m for _, r, m in world.events(ns, "gpu") if r == "Drained" and old in m]
+        return said[-1] if said else None
+
+    message = world.wait_until(drained, "the noticed node's Drained event", timeout=30)
+    assert "2 pod(s) evicted" in message and "deadline" not in message, message
+    print(f"pods Running on the replacement's node {took:.1f} s after the notice")
+    world.emulator.admin_ok("POST", "/_emulator/reclaim", {"InstanceIds": [victim]})
+    world.wait_until(
+        lambda: by_slot(world.status(ns, "gpu")).get(0) == surge["instanceId"] or None,
+        "the surge instance takes the slot", timeout=60,
+    )  # fmt: skip
+    assert len(running_on(world.kube, ns)) == 2

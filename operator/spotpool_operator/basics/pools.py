@@ -113,6 +113,8 @@ class PoolState:
     limits_seen: str = ""  # the namespace's limits when last held at them (limits.fingerprint)
     nodes_looked: float = 0.0  # monotonic time of the last look at its nodes (spec.nodes)
     late_nodes: set[int] = field(default_factory=set)  # slots said NodeNotReady already
+    node_renewals: int = 0  # instances replaced in a row for a node not Ready in time
+    node_renewed_at: float = 0.0  # monotonic time of the last of those
 
     def __post_init__(self) -> None:
         self.noticed = self.noticed or {n.slot: n for n in self.status.notices.accepted}

@@ -120,12 +120,16 @@ class Converging(PoolWork):
         )
         stack, bounds = engine, spec.disruption
         status, credentials = pool.status, engine.credentials
+        hooks = self.rollout_hooks(ref, spec.nodes)  # spec.nodes: emptiest first, drained first
+        order, before = hooks if hooks else (None, None)
+        # A drift correction may replace instances too: a node pool's is previewed and drained.
+        drifted = bool(status.drift) and hooks is not None
 
         def rolling(
             placed: StackConfig, password: str | None, refresh: bool, replan: Replan | None
         ) -> OperationResult:
             limited = self._gate_now(ref, spec, status, credentials) is not None
-            if not limited and (unchanged or refresh):
+            if not limited and (refresh or (unchanged and not drifted)):
                 # Short of instances: the up looks at the cloud first, as ever.
                 return stack.up(placed, password, refresh, replan)
             if refresh:  # limited and short: the cloud looked at first, then rolled out
@@ -137,7 +141,7 @@ class Converging(PoolWork):
                 on_batch=lambda n, batch, _r: ref.logger.info(
                     "rollout batch %d: slots %s replaced", n + 1, batch.slots
                 ),
-                surge_room=room,
+                surge_room=room, order=order, before_batch=before,
             )  # fmt: skip
             if rollout.batches:
                 ref.logger.info(

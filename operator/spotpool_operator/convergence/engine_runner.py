@@ -20,6 +20,8 @@ from spotpool.api.spec import ChargeType, SpotpoolSpec
 from spotpool.api.stackconfig import StackConfig
 from spotpool.api.status import SpotpoolStatus
 from spotpool.engine.basics.results import OperationResult
+from spotpool.engine.stacks.rollout import renew_slots
+from spotpool.engine.stacks.stack import PoolStack
 from spotpool.engine.tencent.credentials import Credentials
 from spotpool_operator.basics.credentials import INLINE_WARNING
 from spotpool_operator.basics.failures import PoolProblem, classify
@@ -61,9 +63,11 @@ class PoolWork(NodeHooks):
         message: str,
         slots: list[int] | None = None,
         held: frozenset[int] = frozenset(),
+        renew: bool = False,
     ) -> OperationResult:
         """`up`, or with `slots` the targeted replacement of just those slots (`held`: those a
-        live instance of the pool holds, the status behind: not launched ahead)."""
+        live instance of the pool holds, the status behind: not launched ahead; `renew`: their
+        instances still run and go first, rollout.renew_slots)."""
         started = self.clock()
         # Short of what was last applied, and no refresh just looked (a replacement cut short,
         # instances gone while no operator ran): the up looks at the cloud first, same run.
@@ -74,7 +78,7 @@ class PoolWork(NodeHooks):
         credentials = await self._credentials(pool, ref, spec, "up")
         password = await self._login_password(pool, ref, spec)
         progressing = render.progressing(status, reason, message, ref.generation, started)
-        ahead = bool(slots) and self.settings.fast_launch
+        ahead = bool(slots) and self.settings.fast_launch and not renew
         if not ahead:  # else after the launch: a storm's launches wait for no status write
             await self._write(pool, ref, progressing)
         if spec.uses_inline_credentials() and pool.inline_warned != ref.generation:
@@ -105,8 +109,9 @@ class PoolWork(NodeHooks):
                     fast = [s for s in slots if s not in held]
                     await launch_ahead(engine, ref, placed, fast, password, pool.status, guarded)
                     await self._write(pool, ref, progressing)
+                replace = _renewing(engine) if renew else engine.replace_slots
                 result = await self._engine_call(
-                    "up", engine.replace_slots, placed, slots, password, replan
+                    "up", replace, placed, slots, password, replan, engine=engine
                 )
             else:
                 await self.drain_going(ref, spec.nodes, placed, "scale-down")  # spec.nodes: first
@@ -132,6 +137,9 @@ class PoolWork(NodeHooks):
         self._post_recovered(ref, result)
         before = {i.instance_id for i in previous.instances}
         after = {i.instance_id for i in status.instances}
+        if renew or not slots:  # terminated by this up (drained before): their Nodes go now
+            why = "its node was not Ready in time" if renew else "scale-down or rollout"
+            await self.nodes_gone(ref, sorted(before - after), why)
         if before != after or result.changes.update:
             self.events.post(
                 ref.event_ref(),
@@ -265,3 +273,9 @@ class PoolWork(NodeHooks):
         if rest:
             ref.logger.warning("recovered: %s", "; ".join(rest))
             self.events.post(ref.event_ref(), "Normal", "Recovered", "; ".join(rest)[:1000])
+
+
+def _renewing(engine: PoolEngine) -> Callable[..., OperationResult]:
+    """Slots whose instance runs but must go (rollout.renew_slots); an engine that is not a
+    Pulumi stack (the tests') replaces them as it replaces gone ones."""
+    return partial(renew_slots, engine) if isinstance(engine, PoolStack) else engine.replace_slots

@@ -1,9 +1,10 @@
-"""The pool jobs' side of spec.nodes (the node work itself: spotpool_operator.nodes): a look
-at the pool's nodes every few seconds (status.nodes, labels and taints, nodes not Ready in
-time), and the drain before a voluntary termination (scale-down, deletion). A pool without
-spec.nodes makes none of these calls."""
+"""The pool jobs' side of spec.nodes (the node work itself: spotpool_operator.nodes): the drain
+before a voluntary termination (scale-down, rollout, drift correction, deletion) and the Nodes
+of reclaimed instances deleted; the look at the nodes every NODE_LOOK seconds is node_looks.py.
+A pool without spec.nodes makes none of these calls."""
 
-import time
+import asyncio
+from collections.abc import Callable
 
 from spotpool.api.nodes import NodesSpec
 from spotpool.api.stackconfig import StackConfig
@@ -25,41 +26,12 @@ def nodes_of(raw: object) -> NodesSpec | None:
 
 
 class NodeHooks(PoolBook):
-    async def look_at_nodes(self, ref: PoolRef) -> bool:
-        """With spec.nodes: status.nodes written when it moved, the labels and taints on the
-        nodes, a Warning for an instance whose node is not Ready in time. False (no call made)
-        for a pool without spec.nodes, or when no look is due."""
-        spec = nodes_of(dict(ref.spec))
-        pool = self.pool(ref)
-        if spec is None or self.nodes is None or not self.serving(ref):
-            return False
-        if time.monotonic() - pool.nodes_looked < NODE_LOOK or pool.lock.locked():
-            return True
-        pool.nodes_looked = time.monotonic()
-        try:
-            rows, late = await self.nodes.observe(ref, spec, pool.status)
-        except Exception as error:  # no rights, the API server away: looked at again later
-            ref.logger.warning("looking at the pool's nodes failed: %s", type(error).__name__)
-            return True
-        async with pool.lock:
-            if rows != pool.status.nodes:
-                await self._write(pool, ref, pool.status.model_copy(update={"nodes": rows}))
-        for slot in late:
-            if slot not in pool.late_nodes:
-                pool.late_nodes.add(slot)
-                self.events.post(
-                    ref.event_ref(), "Warning", "NodeNotReady",
-                    f"slot {slot}'s instance has had no Ready node for more than "
-                    f"{spec.ready_timeout_seconds} s: check its userData's join",
-                )  # fmt: skip
-        pool.late_nodes &= set(late)
-        return True
-
     async def drain_going(
         self, ref: PoolRef, spec: NodesSpec | None, config: StackConfig | None, why: str
     ) -> None:
-        """Before an up that leaves slots beyond `config.count` (a scale-down), or a destroy
-        (`config` None): drain the nodes of the instances that go, within drainTimeoutSeconds."""
+        """Before an up that leaves slots beyond `config.count` (a scale-down: the highest
+        slots go, slots are positional), or a destroy (`config` None): drain the nodes of the
+        instances that go, within drainTimeoutSeconds."""
         if spec is None or self.nodes is None:
             return
         pool = self.pool(ref)
@@ -68,10 +40,53 @@ class NodeHooks(PoolBook):
             for i in pool.status.instances
             if config is None or (i.slot is not None and i.slot >= config.count)
         ]
+        keep = [i.instance_id for i in pool.status.instances if i.instance_id not in going]
         if going:
-            await self.nodes.drain_before(ref, going, why, spec.drain_timeout_seconds)
+            await self.nodes.drain_before(
+                ref, going, why, spec, keep + [s.instance_id for s in pool.status.surges]
+            )
 
-    async def nodes_gone(self, ref: PoolRef, instance_ids: list[str]) -> None:
-        """The cloud took these instances without notice: their Nodes go at once."""
-        if self.nodes is not None and nodes_of(dict(ref.spec)) is not None:
-            self.nodes.gone_soon(ref, instance_ids)
+    def rollout_hooks(
+        self, ref: PoolRef, spec: NodesSpec | None
+    ) -> tuple[Callable[[list[int]], list[int]], Callable[[list[int]], None]] | None:
+        """For a rollout (or a drift correction) of a pool with spec.nodes, called in the
+        engine's thread: the replaced slots ordered emptiest node first (pods that would have
+        to move), and each batch's nodes drained on the event loop before its instances go.
+        None for a pool without spec.nodes."""
+        keeper = self.nodes
+        if spec is None or keeper is None:
+            return None
+        loop = asyncio.get_running_loop()
+        pool = self.pool(ref)
+
+        def ids(slots: list[int]) -> dict[int, str]:
+            held = {i.slot: i.instance_id for i in pool.status.instances}
+            return {s: held[s] for s in slots if s in held}
+
+        def order(slots: list[int]) -> list[int]:
+            try:
+                pods = keeper.pods_by_instance(ids(slots).values())
+            except Exception as error:  # slot order, as without spec.nodes
+                ref.logger.info("counting the nodes' pods failed: %s", type(error).__name__)
+                return slots
+            held = ids(slots)
+            return sorted(slots, key=lambda s: (pods.get(held.get(s, ""), 0), s))
+
+        def before(slots: list[int]) -> None:
+            going = ids(slots)
+            keep = [i.instance_id for i in pool.status.instances if i.slot not in going]
+            drain = keeper.drain_before(ref, going.values(), "rollout", spec, keep)
+            future = asyncio.run_coroutine_threadsafe(drain, loop)
+            try:
+                future.result(timeout=spec.drain_timeout_seconds + 60)
+            except Exception as error:  # the batch goes ahead, as after a drain's deadline
+                future.cancel()
+                ref.logger.warning("draining before the batch failed: %s", error)
+
+        return order, before
+
+    async def nodes_gone(self, ref: PoolRef, instance_ids: list[str], why: str = "") -> None:
+        """These instances are gone (the cloud took them without notice; or, with `why`, the
+        operator terminated them): their Nodes go at once."""
+        if self.nodes is not None and instance_ids and nodes_of(dict(ref.spec)) is not None:
+            self.nodes.gone_soon(ref, instance_ids, why)

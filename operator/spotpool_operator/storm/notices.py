@@ -288,7 +288,8 @@ class Notices(PoolWork):
         if spec.nodes is not None and self.nodes is not None:  # the pods move to the surge
             for surge in made:
                 notice = taken[surge.slot]
-                self.nodes.drain_on_notice(ref, notice.instance_id, notice.termination_time)
+                self.nodes.drain_on_notice(ref, notice.instance_id, notice.termination_time,
+                                           surge.instance_id, spec.nodes)  # fmt: skip
 
     async def _surges_allowed(
         self, pool: PoolState, ref: PoolRef, spec: SpotpoolSpec, slots: list[int]

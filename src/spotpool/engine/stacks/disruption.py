@@ -9,7 +9,7 @@ more than count + maxSurge instances and never lacks more than maxUnavailable of
 Slots marked do-not-disrupt go last, in the last batches.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from spotpool.engine.basics.results import REPLACING
@@ -55,13 +55,15 @@ def plan_batches(
     max_unavailable: int,
     max_surge: int,
     protected: Iterable[int] = (),
+    rank: Mapping[int, int] | None = None,
 ) -> list[Batch]:
-    """Batches of at most max_unavailable + max_surge slots, in slot order, the `protected`
+    """Batches of at most max_unavailable + max_surge slots, in slot order (or by `rank`,
+    lowest first: the operator ranks a node pool's slots emptiest node first), the `protected`
     (do-not-disrupt) slots last; in each batch the first max_surge slots surge."""
     if max_unavailable < 0 or max_surge < 0 or max_unavailable + max_surge == 0:
         raise ValueError("maxUnavailable and maxSurge must be >= 0 and not both 0")
-    kept = set(protected)
-    slots = sorted(set(replaced), key=lambda s: (s in kept, s))
+    kept, ranks = set(protected), rank or {}
+    slots = sorted(set(replaced), key=lambda s: (s in kept, ranks.get(s, 0), s))
     size = max_unavailable + max_surge
     batches: list[Batch] = []
     for start in range(0, len(slots), size):

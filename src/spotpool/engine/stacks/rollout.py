@@ -55,24 +55,32 @@ def roll_out(
     replan: Replan | None = None,
     on_batch: OnBatch | None = None,
     surge_room: Callable[[int], int] | None = None,
+    order: Callable[[list[int]], list[int]] | None = None,
+    before_batch: Callable[[list[int]], None] | None = None,
 ) -> Rollout:
     """Converge `pool` to `config`, replacing instances at most max_unavailable + max_surge
     slots at a time, the `protected` (do-not-disrupt) slots last. A change that replaces
     nothing, or fits in one batch without a delete-first slot, is one plain `up`.
     `surge_room(n)`: how many of the n surge instances a batch would make may be made (the
-    namespace's limits, reserved before); it raises when the rollout cannot go on at all."""
+    namespace's limits, reserved before); it raises when the rollout cannot go on at all.
+    `order(slots)`: the replaced slots in the order to take them (the operator's: emptiest
+    node first); `before_batch(slots)`: called before a batch's instances are touched (the
+    operator drains their nodes). The engine knows nothing of nodes: both come from outside."""
     started = time.monotonic()
     urns = _slot_urns(pool)
     preview = pool.preview(config, login_password)
     replaced = [s for s in preview.replaced_slots if s in urns and s < config.count]
     if surge_room is not None and replaced:
         max_surge = surge_room(min(max_surge, len(replaced)))
-    batches = plan_batches(replaced, max_unavailable, max_surge, protected)
+    rank = {s: n for n, s in enumerate(order(replaced))} if order and replaced else None
+    batches = plan_batches(replaced, max_unavailable, max_surge, protected, rank)
     rollout = Rollout(replaced=replaced, batches=batches)
     if not batches:
         rollout.results.append(pool.up(config, login_password, replan=replan))
     for number, batch in enumerate(batches):
         last = number == len(batches) - 1
+        if before_batch is not None:
+            before_batch(batch.slots)
         if batch.delete_first:
             _delete_instances(pool, [urns[s] for s in batch.delete_first])
         result = pool.up(
@@ -87,6 +95,24 @@ def roll_out(
             on_batch(number, batch, result)
     rollout.seconds = round(time.monotonic() - started, 2)
     return rollout
+
+
+def renew_slots(
+    pool: PoolStack,
+    config: StackConfig,
+    slots: list[int],
+    login_password: str | None = None,
+    replan: Replan | None = None,
+) -> OperationResult:
+    """Replace these slots' instances although the cloud still runs them (the operator found
+    them unusable: their node never became Ready), as a failed launch is replaced: one batch
+    with the slots delete-first (a targeted destroy of their instances), then a targeted `up`
+    that makes their successors; the other slots are left as they are."""
+    urns = _slot_urns(pool)
+    targets = [urns[s] for s in slots if s in urns]
+    if targets:
+        _delete_instances(pool, targets)
+    return pool.up(config, login_password, replan=replan, fresh=slots, target=targets)
 
 
 def _slot_urns(pool: PoolStack) -> dict[int, str]:
