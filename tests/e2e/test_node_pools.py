@@ -3,7 +3,8 @@ with nodes (kube-scheduler, KWOK, the node agent): a Deployment and a PDB on a p
 reclaim without notice has the Node deleted and the pods Running again within the replacement's
 boot, not 300 s; a scale-down drains before it terminates; a termination notice cordons the node
 and moves its pods (PDB respected) onto the surge replacement's node before the cloud takes the
-instance; a pool without the field has no node rows. One world for the module."""
+instance; an instance whose node is not Ready within readyTimeoutSeconds is replaced; a pool
+without the field has no node rows. One world for the module."""
 
 import json
 import time
@@ -54,6 +55,16 @@ def running_on(kube: Kube, namespace: str) -> dict[str, str]:
         if p.get("status", {}).get("phase") == "Running"
         and not p["metadata"].get("deletionTimestamp")
     }
+
+
+LATE = {"readyTimeoutSeconds": 30}  # the least allowed: its join never comes
+
+
+def test_a_pool_whose_instances_never_join_starts(world: OperatorWorld, ns: str) -> None:
+    """Applied first, checked last (its 30 s run beside the other tests)."""
+    world.apply(ns, pool_manifest("late", replicas=1, userData="#!/bin/sh\necho no join\n",
+                                  nodes=LATE, terminationNotices={"enabled": False}))  # fmt: skip
+    world.wait_ready(ns, "late", 1)
 
 
 def test_a_pool_without_the_field_has_no_node_rows(world: OperatorWorld, ns: str) -> None:
@@ -191,3 +202,22 @@ def test_a_notice_moves_the_pods_to_the_replacement_before_the_cloud_takes_the_n
         "the surge instance takes the slot", timeout=60,
     )  # fmt: skip
     assert len(running_on(world.kube, ns)) == 2
+
+
+def test_an_instance_without_a_ready_node_in_time_is_replaced(
+    world: OperatorWorld, ns: str
+) -> None:
+    pool = world.get(ns, "late") or {}
+    first = by_slot(pool["status"])[0]
+
+    def replaced() -> str | None:
+        now = by_slot(world.status(ns, "late")).get(0)
+        return now if now and now != first and "Replaced" in world.reasons(ns, "late") else None
+
+    second = world.wait_until(replaced, "the late instance replaced", timeout=90)
+    said = [m for _, r, m in world.events(ns, "late") if r == "NodeNotReady"]
+    assert said and first in said[0] and "failed launch" in said[0], said
+    world.wait_until(lambda: first not in world.cloud(pool["metadata"]["uid"]) or None,
+                     "the late instance terminated", timeout=30)  # fmt: skip
+    assert second in world.cloud(pool["metadata"]["uid"])
+    world.kube.ok("-n", ns, "delete", "spotpools", "late", "--wait=false")  # no second round

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 from spotpool_operator.nodes.keeper import NodeKeeper
+from spotpool_operator.nodes.kubejson import NodeApi
 
 from tests.operator.fakes import make_world, pool_body, ref, run
 
@@ -22,7 +23,7 @@ class FakeNodes:
     def __init__(self) -> None:
         self.ready: set[str] = set()
 
-    def nodes(self) -> list[dict[str, Any]]:
+    def nodes(self, max_age: float = 0.0) -> list[dict[str, Any]]:
         return [
             {"metadata": {"name": i.lower(), "labels": {"spotpool.io/instance-id": i}},
              "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
@@ -40,20 +41,26 @@ def test_a_node_not_ready_in_time_is_replaced_and_backed_off(tmp_path: Path) -> 
     body = pool_body(nodes={"readyTimeoutSeconds": 30})
     pool_ref = ref(body)
     run(reconciler.converge(pool_ref))
+    other_ref = ref(pool_body("other", nodes={"labels": {"pool": "other"}}))  # joins fine
+    run(reconciler.converge(other_ref))
+    api.ready = {i.instance_id for i in reconciler.pool(other_ref).status.instances}
     pool = reconciler.pool(pool_ref)
     first = {i.slot: i.instance_id for i in pool.status.instances}
-    api.ready = {first[1]}  # slot 1 joined; slot 0's join never works
+    api.ready.add(first[1])  # slot 1 joined; slot 0's join never works
 
     def look(late_for: float = 31.0) -> None:
         """One look, every waiting instance `late_for` seconds without a Ready node."""
         keeper = reconciler.nodes
         assert keeper is not None
         run(reconciler.look_at_nodes(pool_ref))  # starts the clocks of new instances
-        for instance in keeper.waiting_since:
-            keeper.waiting_since[instance] = time.monotonic() - late_for
-        pool.nodes_looked = 0.0
+        run(reconciler.look_at_nodes(other_ref))  # another pool's look forgets none of them
+        waiting = keeper.waiting[(pool_ref.namespace, pool_ref.name)]
+        for instance in waiting:
+            waiting[instance] = time.monotonic() - late_for
+        pool.nodes_looked = reconciler.pool(other_ref).nodes_looked = 0.0
         run(reconciler.look_at_nodes(pool_ref))
-        pool.nodes_looked = 0.0
+        run(reconciler.look_at_nodes(other_ref))
+        pool.nodes_looked = reconciler.pool(other_ref).nodes_looked = 0.0
 
     look(late_for=5.0)
     assert "NodeNotReady" not in world.events.reasons()  # not late yet
@@ -77,7 +84,27 @@ def test_a_node_not_ready_in_time_is_replaced_and_backed_off(tmp_path: Path) -> 
     third = {i.slot: i.instance_id for i in pool.status.instances}
     assert third[0] not in (first[0], second[0]) and pool.node_renewals == 2
 
-    api.ready = set(third.values())  # the join works now: the count starts again
+    api.ready |= set(third.values())  # the join works now: the count starts again
     look()
     assert pool.node_renewals == 0
     assert [r["ready"] for r in pool.status.model_dump(by_alias=True)["nodes"]] == [True, True]
+
+
+def test_one_node_listing_serves_every_pools_look_for_a_while() -> None:
+    """NodeApi.nodes(max_age): pools looking within the window share one list call."""
+
+    class Core:
+        calls = 0
+
+        def list_node(self, **_: Any) -> Any:
+            Core.calls += 1
+            return type("Reply", (), {"data": b'{"items": [{"metadata": {"name": "n"}}]}'})()
+
+    now = [100.0]
+    api = NodeApi(Core(), clock=lambda: now[0])
+    assert api.nodes(2.0) == api.nodes(2.0) == [{"metadata": {"name": "n"}}]
+    assert Core.calls == 1
+    api.nodes()  # a drain's look: always fresh
+    now[0] += 2.5
+    api.nodes(2.0)
+    assert Core.calls == 3

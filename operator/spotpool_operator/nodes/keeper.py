@@ -24,6 +24,7 @@ from spotpool_operator.reporting.events import Events
 
 log = logging.getLogger("spotpool_operator.nodes")
 NOTICE_MARGIN = 5.0  # seconds before the termination time a notice's drain ends
+SHARED_LIST = 2.0  # seconds a Node listing serves every pool's look (one list, many pools)
 
 
 class Pool(Protocol):
@@ -45,7 +46,8 @@ class NodeKeeper:
     def __init__(self, api: NodeApi, events: Events, registry: CollectorRegistry) -> None:
         self.api, self.events = api, events
         self.metrics = NodeMetrics(registry)
-        self.waiting_since: dict[str, float] = {}  # instance -> first seen without a Ready node
+        # (namespace, pool) -> instance -> first seen without a Ready node
+        self.waiting: dict[tuple[str, str], dict[str, float]] = {}
         self.tasks: set[asyncio.Task[None]] = set()  # notices' drains, running on their own
 
     # --- status and labels ----------------------------------------------------------------
@@ -55,7 +57,7 @@ class NodeKeeper:
     ) -> tuple[list[NodeSlot], list[int]]:
         """status.nodes for the pool, its labels and taints written on each node, and the slots
         whose RUNNING instance has had no Ready node for readyTimeoutSeconds."""
-        nodes = await asyncio.to_thread(self.api.nodes)
+        nodes = await asyncio.to_thread(self.api.nodes, SHARED_LIST)
         found = finding.by_instance(nodes)
         # A surge's node too: the pods a notice's drain evicts land there (its nodeSelector).
         for instance_id in [i.instance_id for i in status.instances] + [
@@ -67,16 +69,17 @@ class NodeKeeper:
         rows = finding.slot_nodes(status.instances, found)
         now = time.monotonic()
         late = []
+        waiting = self.waiting.setdefault((ref.namespace, ref.name), {})  # this pool's alone
         for row, instance in zip(rows, sorted(status.instances, key=_slot_order), strict=True):
             if row.ready or instance.state != "RUNNING":
-                self.waiting_since.pop(row.instance_id, None)
+                waiting.pop(row.instance_id, None)
                 continue
-            since = self.waiting_since.setdefault(row.instance_id, now)
+            since = waiting.setdefault(row.instance_id, now)
             if now - since > spec.ready_timeout_seconds and row.slot is not None:
                 late.append(row.slot)
         listed = {i.instance_id for i in status.instances}
-        for gone in set(self.waiting_since) - listed:
-            del self.waiting_since[gone]
+        for gone in set(waiting) - listed:
+            del waiting[gone]
         self.metrics.not_ready.labels(ref.namespace, ref.name).set(
             sum(1 for row in rows if not row.ready)
         )
@@ -95,6 +98,7 @@ class NodeKeeper:
         return True
 
     def forget(self, ref: "Pool") -> None:
+        self.waiting.pop((ref.namespace, ref.name), None)
         with contextlib.suppress(KeyError):
             self.metrics.not_ready.remove(ref.namespace, ref.name)
 

@@ -2,6 +2,9 @@
 not needed, and dicts are what the api module's rules read). Blocking: run them in threads."""
 
 import json
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import kubernetes
@@ -12,12 +15,23 @@ TIMEOUT = 30
 class NodeApi:
     """Nodes and the pods on them, through a kubernetes.client.CoreV1Api."""
 
-    def __init__(self, core: Any) -> None:
-        self.core = core
+    def __init__(self, core: Any, clock: Callable[[], float] = time.monotonic) -> None:
+        self.core, self.clock = core, clock
+        self._lock = threading.Lock()
+        self._listed: tuple[float, list[dict[str, Any]]] | None = None
 
-    def nodes(self) -> list[dict[str, Any]]:
-        response = self.core.list_node(_preload_content=False, _request_timeout=TIMEOUT)
-        return list(json.loads(response.data).get("items") or [])
+    def nodes(self, max_age: float = 0.0) -> list[dict[str, Any]]:
+        """The cluster's Nodes; with `max_age`, a listing that recent serves again: every
+        pool's 5 s look shares one list a window, not one list a pool (a drain lists fresh)."""
+        with self._lock:
+            listed = self._listed
+            if max_age > 0 and listed is not None and self.clock() - listed[0] < max_age:
+                return listed[1]
+            started = self.clock()
+            response = self.core.list_node(_preload_content=False, _request_timeout=TIMEOUT)
+            items = list(json.loads(response.data).get("items") or [])
+            self._listed = (started, items)
+            return items
 
     def pods_on(self, node: str) -> list[dict[str, Any]]:
         response = self.core.list_pod_for_all_namespaces(
