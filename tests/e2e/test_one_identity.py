@@ -117,8 +117,11 @@ def _passes(world: OperatorWorld) -> int:
 def _more_passes(count: int, *worlds: OperatorWorld) -> None:
     since = [_passes(w) for w in worlds]
     for world, start in zip(worlds, since, strict=True):
-        world.wait_until(lambda w=world, s=start: _passes(w) >= s + count,
-                         f"{count} more sweeps", 30 + 10 * count)  # fmt: skip
+
+        def done(w: OperatorWorld = world, s: int = start) -> bool:
+            return _passes(w) >= s + count
+
+        world.wait_until(done, f"{count} more sweeps", 30 + 10 * count)
 
 
 def _history(backend: str, stack: str) -> list[Path]:

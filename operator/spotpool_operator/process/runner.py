@@ -25,7 +25,7 @@ from spotpool.engine.tencent.ratelimit import BUCKETS
 from spotpool_operator.basics.credentials import credentials_of
 from spotpool_operator.basics.settings import OperatorSettings
 from spotpool_operator.cloud.capacity import Capacity, CapacitySettings, stock_lister
-from spotpool_operator.cloud.claims import IdentityClaims, lease_holders
+from spotpool_operator.cloud.claims import IdentityClaims
 from spotpool_operator.cloud.cost import PriceBook, gpu_lister, price_lister
 from spotpool_operator.cloud.fleet import FleetProbe
 from spotpool_operator.cloud.interruptions import (
@@ -39,6 +39,7 @@ from spotpool_operator.process import handlers, kopf_namespaces
 from spotpool_operator.process.cloudcheck import cloud_lookup
 from spotpool_operator.process.lease_home import warn_about_lease_home
 from spotpool_operator.process.reconciler import Reconciler
+from spotpool_operator.replicas.lease_holders import lease_holders
 from spotpool_operator.replicas.shards import ShardLeases
 from spotpool_operator.reporting.events import DirectEvents, KopfEvents
 from spotpool_operator.reporting.kube import KubeCluster

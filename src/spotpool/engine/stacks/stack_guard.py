@@ -16,10 +16,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection
+from typing import Protocol
 
 from spotpool.api.stackconfig import PROJECT
 from spotpool.engine.basics.errors import IdentityConflict, StackHeldByAnotherCluster
-from spotpool.engine.basics.stack_view import StackView
 from spotpool.engine.leftovers.claims import (
     Holder,
     forget_holder,
@@ -34,6 +34,13 @@ from spotpool.engine.state.stack_state import cluster_in
 
 log = logging.getLogger(__name__)
 CHECKED_FOR = 60.0  # seconds a stack proven this cluster's is not read again
+
+
+class NamedStack(Protocol):
+    """What the guard needs of a stack: its name (a PoolStack is one)."""
+
+    @property
+    def name(self) -> str: ...
 
 
 class StackOwnership:
@@ -54,7 +61,7 @@ class StackOwnership:
         self._checked: dict[str, float] = {}  # stack -> when proven this cluster's
         self._lock = threading.Lock()
 
-    def check(self, pool: StackView) -> str | None:
+    def check(self, pool: NamedStack) -> str | None:
         why = self.conflict()
         if why is not None:
             raise IdentityConflict(why)
@@ -95,7 +102,7 @@ class StackOwnership:
             self._checked[pool.name] = now
         return note
 
-    def release(self, pool: StackView) -> None:
+    def release(self, pool: NamedStack) -> None:
         with self._lock:
             self._checked.pop(pool.name, None)
         files = open_backend(self.backend_url)
