@@ -1,10 +1,11 @@
-"""The other services the tencentcloud provider calls for an instance: tag, cbs and vpc."""
+"""The other services the tencentcloud provider calls for an instance: tag, cbs and vpc (the tag
+service's pairs of their own: tag_pairs.py)."""
 
 import re
 from collections.abc import Callable
 from typing import Any
 
-from spotpool.emulator import params
+from spotpool.emulator import params, tag_pairs
 from spotpool.emulator.errors import ApiError
 from spotpool.emulator.instances import Disk, InstanceRecord
 from spotpool.emulator.world import Context
@@ -181,6 +182,7 @@ TAG_ACTIONS: dict[str, Handler] = {
     "ModifyResourceTags": modify_resource_tags,
     "TagResources": tag_resources,
     "UnTagResources": untag_resources,
+    **tag_pairs.ACTIONS,  # pairs of their own: CreateTag, DeleteTag, DescribeTagValues, …
 }
 CBS_ACTIONS: dict[str, Handler] = {"DescribeDisks": describe_disks}
 VPC_ACTIONS: dict[str, Handler] = {"DescribeUsedIpAddress": describe_used_ip_address}

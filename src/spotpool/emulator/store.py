@@ -18,6 +18,9 @@ CREATE TABLE IF NOT EXISTS capacity (
     zone TEXT NOT NULL, instance_type TEXT NOT NULL, available INTEGER NOT NULL,
     PRIMARY KEY (zone, instance_type));
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS tag_pairs (
+    account TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+    PRIMARY KEY (account, key, value));
 """
 
 
@@ -43,6 +46,12 @@ class CloudStore:
             for zone, kind, available in self._db.execute(
                 "SELECT zone, instance_type, available FROM capacity"
             )
+        }
+
+        # Tag key/value pairs made with CreateTag(s), bound to no resource (tag_pairs.py).
+        self.tag_pairs: set[tuple[str, str, str]] = {
+            (account, key, value)
+            for account, key, value in self._db.execute("SELECT account, key, value FROM tag_pairs")
         }
 
     def close(self) -> None:
@@ -90,3 +99,17 @@ class CloudStore:
         )
         row = self._db.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()
         return int(row[0])
+
+    def add_tag_pair(self, account: str, key: str, value: str) -> None:
+        self.tag_pairs.add((account, key, value))
+        self._db.execute(
+            "INSERT OR IGNORE INTO tag_pairs (account, key, value) VALUES (?, ?, ?)",
+            (account, key, value),
+        )
+
+    def remove_tag_pair(self, account: str, key: str, value: str) -> None:
+        self.tag_pairs.discard((account, key, value))
+        self._db.execute(
+            "DELETE FROM tag_pairs WHERE account = ? AND key = ? AND value = ?",
+            (account, key, value),
+        )
