@@ -331,3 +331,17 @@ def test_a_failed_cluster_wide_list_counts_as_everything_alive() -> None:
     cluster = KubeCluster.__new__(KubeCluster)
     cluster._custom = _Failing()  # type: ignore[assignment]
     assert cluster.pool_uids({"u-1": "team-a/p"}) is None
+
+
+def test_an_account_whose_identity_claims_are_unproven_is_not_listed_nor_swept() -> None:
+    """Issue 48: a cloud account whose claims (cloud_claims.py) were not read is held, as a
+    failed listing: nothing listed or terminated there, its pools' clocks run on."""
+    world = World([instance("i-stray", "gone")], set(), {"gone"})
+    sweep = world.sweep()
+    run(sweep.sweep())
+    sweep.account_hold = lambda credentials, region: "its identity claims could not be read"
+    world.now += timedelta(seconds=GRACE)
+    assert run(sweep.sweep()) == [] and world.terminated == []
+    assert world.calls == ["instances", "pools"]  # the held pass listed nothing
+    sweep.account_hold = lambda credentials, region: None
+    assert [d.instance_id for d in run(sweep.sweep())] == ["i-stray"]  # its clock ran on

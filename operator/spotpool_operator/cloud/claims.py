@@ -2,7 +2,9 @@
 seconds in the state backend, and the verdict every sweep, adoption and re-tag waits on.
 
 The claim is written before the operator serves anything and checked again right before each
-sweep pass; a process that cannot write or read it holds too (no verdict, no proof). Who is a
+sweep pass; a process that cannot write or read it holds too (no verdict, no proof). The same
+claim is kept in each cloud account the sweep looks at (cloud_claims.py), for operators on
+other backends: a live claim found there is judged as one in the backend. Who is a
 member of this install in this cluster is read from the install's Leases here: their holders
 and when each last renewed, remembered for the process's life (a killed predecessor's last
 claim is its own install's; a clone's Leases stop at the snapshot while its claim goes on).
@@ -15,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from spotpool.engine.leftovers.claim_tags import field_of
 from spotpool.engine.leftovers.claims import (
     RENEW_EVERY,
     Claim,
@@ -26,6 +29,7 @@ from spotpool.engine.leftovers.claims import (
     write_claim,
 )
 from spotpool.engine.state.backend_files import open_backend
+from spotpool_operator.cloud.cloud_claims import CloudClaims
 
 log = logging.getLogger("spotpool_operator.claims")
 # identity -> renewTime (epoch) of the install's Leases in this cluster, read now
@@ -56,17 +60,19 @@ class IdentityClaims:
         self.rivals: list[Claim] = []
         self.problem: str | None = "this process's claim of its identity is not written yet"
         self.on_change: list[Callable[[str | None], None]] = []  # the verdict moved
+        self.cloud: CloudClaims | None = None  # runner.py, with the sweep's accounts
         self._lock = threading.Lock()
 
     def conflict(self) -> str | None:
         """Why nothing may be adopted, re-tagged or swept now, or None."""
         return self.problem
 
-    def check(self) -> str | None:
-        """Renew the claim, read the others: the verdict (blocking; a thread's)."""
+    def check(self, sweeping: bool = False) -> str | None:
+        """Renew the claim, read the others: the verdict (blocking; a thread's). `sweeping`:
+        a sweep pass follows, so every cloud account's claims are read now too."""
         with self._lock:
             try:
-                problem = self._check()
+                problem = self._check(sweeping)
             except Exception as error:  # no proof either way: hold
                 problem = f"the identity claims in the state backend cannot be read ({error})"
             before, self.problem = self.problem, problem
@@ -80,13 +86,15 @@ class IdentityClaims:
                 call(problem)
         return problem
 
-    def _check(self) -> str | None:
+    def _check(self, sweeping: bool) -> str | None:
         files = open_backend(self.backend_url)
         if files is None:  # Pulumi Cloud: its organisations keep clusters apart, not us
             return None
         self.mine = self.mine.model_copy(update={"renewed": self.clock()})
         write_claim(files, self.mine)
         claims = read_claims(files, self.mine.cluster)
+        if self.cloud is not None:
+            claims += self._from_cloud(claims, self.cloud.sync(self.mine, sweeping))
         if self.holders is not None and self._foreign(claims):
             self.watch.saw_leases(self.holders())  # read after the claims: a new member's
         found = rivals(self.mine, claims, self.watch, self.clock(), self.slack,
@@ -103,8 +111,21 @@ class IdentityClaims:
             for c in claims
         )
 
+    def _from_cloud(self, claims: list[Claim], found: list[Claim]) -> list[Claim]:
+        """The cloud's claims of processes the backend shows no claim of (another backend's),
+        each under its Lease identity when a field of the tag stands for one seen here."""
+        seen = {field_of(c.nonce) for c in claims} | {field_of(self.mine.nonce)}
+        members = {field_of(m): m for m in self.watch.members}
+        return [
+            c.model_copy(update={"nonce": members.get(c.nonce, c.nonce)})
+            for c in found
+            if c.nonce not in seen
+        ]
+
     def release(self) -> None:
-        """Stopping cleanly: this process's claim goes (blocking)."""
+        """Stopping cleanly: this process's claim goes (blocking), from the cloud too."""
+        if self.cloud is not None:
+            self.cloud.release(self.mine)
         files = open_backend(self.backend_url)
         if files is not None:
             delete_claim(files, self.mine)

@@ -126,6 +126,8 @@ class StraySweep:
         # Why no pass may run now (another live claimant of this identity: cloud/claims.py);
         # asked in a thread right before each pass.
         self.hold: Callable[[], str | None] = lambda: None
+        # Why one account may not be swept now (its cloud identity claims unread: cloud_claims).
+        self.account_hold: Callable[[Credentials, str], str | None] = lambda c, r: None
 
     @property
     def interval(self) -> float:
@@ -187,6 +189,11 @@ class StraySweep:
         done: list[Decision] = []
         listed: set[str] = set()
         for account in list(self.accounts.values()):
+            unproven = self.account_hold(account.credentials, account.region)
+            if unproven is not None:  # as a failed listing: its clocks run on
+                log.info("sweep of %s in %s held: %s", account.label, account.region, unproven)
+                listed |= set(self.missing.since)
+                continue
             try:
                 done += await self._sweep(account, self.cap, listed)
             except Exception as error:

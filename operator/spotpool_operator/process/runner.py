@@ -22,10 +22,12 @@ from spotpool.engine.stacks.stack_guard import StackOwnership
 from spotpool.engine.tencent import cloud
 from spotpool.engine.tencent.credentials import Credentials
 from spotpool.engine.tencent.ratelimit import BUCKETS
+from spotpool.engine.tencent.tag_pairs import TagPairs
 from spotpool_operator.basics.credentials import credentials_of
 from spotpool_operator.basics.settings import OperatorSettings
 from spotpool_operator.cloud.capacity import Capacity, CapacitySettings, stock_lister
 from spotpool_operator.cloud.claims import IdentityClaims
+from spotpool_operator.cloud.cloud_claims import CloudClaims
 from spotpool_operator.cloud.cost import PriceBook, gpu_lister, price_lister
 from spotpool_operator.cloud.fleet import FleetProbe
 from spotpool_operator.cloud.interruptions import (
@@ -134,7 +136,10 @@ def run(settings: OperatorSettings) -> None:
     if settings.sweep != "off":
         reconciler.strays = _stray_sweep(settings, cluster, fleet, shards, metrics)
         reconciler.strays.orphaned.gauge = metrics.stacks_orphaned.set
-        reconciler.strays.hold = claims.check  # a fresh verdict right before each pass
+        # A fresh verdict right before each pass, the cloud accounts' claims read with it.
+        reconciler.strays.hold = partial(claims.check, sweeping=True)
+        claims.cloud = _cloud_claims(reconciler.strays, settings.engine.cloud_endpoint)
+        reconciler.strays.account_hold = claims.cloud.unproven
     registry = kopf.OperatorRegistry()
     handlers.register(registry, reconciler)
     kopf_settings = kopf.OperatorSettings()
@@ -223,6 +228,15 @@ def identity_claims(
         settings.take_over_after, kube_uid,
     )  # fmt: skip
     return claims
+
+
+def _cloud_claims(strays: StraySweep, endpoint: str | None) -> CloudClaims:
+    """This process's identity claim in each account the sweep looks at (its accounts now)."""
+
+    def accounts() -> list[tuple[Credentials, str]]:
+        return [(a.credentials, a.region) for a in list(strays.accounts.values())]
+
+    return CloudClaims(accounts, TagPairs(endpoint))
 
 
 def _stray_sweep(

@@ -42,6 +42,9 @@ class Claim(BaseModel):
     host: str = ""
     started: float = Field(description="Epoch seconds, the claimant's clock.")
     renewed: float = Field(description="Epoch seconds of its last renewal, its clock.")
+    # How long after its renewal it counts as live: a claim in the cloud (claim_tags.py) is
+    # renewed less often. Never written to the backend.
+    live_for: float = Field(LIVE_FOR, exclude=True)
 
 
 class Holder(BaseModel):
@@ -125,7 +128,7 @@ def rivals(
         if claim.nonce == mine.nonce or claim.install != mine.install:
             continue
         first = watch.first_seen.setdefault(claim.nonce, claim.renewed)
-        if now - claim.renewed > LIVE_FOR:
+        if now - claim.renewed > claim.live_for:
             continue  # stopped (or a clock far behind: it is caught when it moves)
         if watch.members.get(claim.nonce, float("-inf")) >= claim.renewed - slack:
             continue  # renewing a Lease of this install in this cluster: a replica
