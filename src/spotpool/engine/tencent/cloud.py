@@ -68,7 +68,7 @@ def limited(
         try:
             return _call(client, action, request, check)
         except TencentCloudSDKException as error:
-            if attempt == tries or not str(error.code or "").startswith(_PASSING):
+            if attempt == tries or not str(error.code or "").startswith(PASSING):
                 raise
         time.sleep(pause)
         pause *= 2
@@ -78,7 +78,7 @@ def limited(
 READ_TRIES = 4
 _READS = ("Describe", "Inquiry", "Get")
 # A throttled, failed or unanswered read says nothing: asked again.
-_PASSING = ("RequestLimitExceeded", "InternalError", "ClientNetworkError", "ServerNetworkError")
+PASSING = ("RequestLimitExceeded", "InternalError", "ClientNetworkError", "ServerNetworkError")
 
 
 def _call(

@@ -3,6 +3,7 @@ DescribeTagValues), through the official SDK's CommonClient, each call after a t
 (account, region, action) bucket. The tag service is the account's, not a region's: the region
 only signs the call."""
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -52,6 +53,23 @@ class TagPairs:
                 return found
 
     def _call(
+        self, credentials: Credentials, region: str, action: str, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Asked again a few times when throttled, failed or unanswered: every call here may
+        be repeated (a create or delete already done is no error)."""
+        pause = 0.2
+        for attempt in range(1, cloud.READ_TRIES + 1):
+            try:
+                return self._once(credentials, region, action, params)
+            except TencentCloudSDKException as error:
+                passing = str(error.code or "").startswith(cloud.PASSING)
+                if attempt == cloud.READ_TRIES or not passing:
+                    raise
+            time.sleep(pause)
+            pause *= 2
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _once(
         self, credentials: Credentials, region: str, action: str, params: dict[str, Any]
     ) -> dict[str, Any]:
         client = _client(credentials, region, self.endpoint)
