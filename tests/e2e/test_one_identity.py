@@ -9,6 +9,8 @@ them.
   (IdentityConflict on the pool in each), and deleting the pool in the clone destroys nothing.
 - A copied cluster id (`--cluster-id` of another live cluster): both hold; every instance of
   either lives three sweeps past the orphan grace.
+- The same with a state backend of its own for B: the claims in the cloud account (tag pairs)
+  hold both; every instance lives three sweeps past the grace.
 
 One world for the module: cluster A (the session's) and cluster B (its own), one emulator, one
 file backend, a 10 s orphan grace (a sweep every 5 s)."""
@@ -215,11 +217,12 @@ def test_a_copied_cluster_id_holds_both_and_every_instance_lives(world: World) -
     b.apply(b_ns, pool_manifest("jobs", replicas=1, paused=True))  # B's own pool, live in B
     b_uid = b.wait_until(lambda: (b.get(b_ns, "jobs") or {}).get("metadata", {}).get("uid"),
                          "the uid")  # fmt: skip
-    # What B made under the copied id (its tags as B's operator writes them).
-    made_by_b = launch_tagged(b, b_ns, "jobs", str(b_uid), 0, INSTALL, cluster_a)[1]
     b.env["SPOTPOOL_CLUSTER_ID"] = cluster_a
-    b.start()
+    b.start()  # its claim is written before it serves: live now
     started = time.monotonic()
+    # What B made under the copied id (its tags as B's operator writes them); made before B
+    # was up, A could sweep it a grace later, before any claim of B's existed.
+    made_by_b = launch_tagged(b, b_ns, "jobs", str(b_uid), 0, INSTALL, cluster_a)[1]
     assert re.search(rf"cluster id {cluster_a} \(--cluster-id\) differs from this cluster's "
                      "kube-system uid", b.log.read_text(errors="replace"))  # fmt: skip
     a.wait_until(partial(_condition, a, ns, "web", "IdentityConflict"), "A says so", 60)
@@ -236,3 +239,40 @@ def test_a_copied_cluster_id_holds_both_and_every_instance_lives(world: World) -
     print(json.dumps({"held passes": [_passes(a), _passes(b)]}))
     b.stop()
     b.env.pop("SPOTPOOL_CLUSTER_ID")
+
+
+def test_a_copied_cluster_id_on_another_backend_holds_both(world: World) -> None:
+    """Cluster B with A's cluster id and a state backend of its own: neither backend holds the
+    other's instances, and neither reads the other's claims there; only the claims in the cloud
+    account (tag pairs spotpool-claim-<cluster>) keep them."""
+    a, b = world.a, world.b
+    ns, _, ids = world.web
+    assert ids, "needs the first test's world"
+    cluster_a = cluster_uid(a.kube)
+    a_since = len(a.log.read_text(errors="replace"))
+    b.backend_url = None  # its own: file:// under its directory
+    b.env["SPOTPOOL_CLUSTER_ID"] = cluster_a
+    b.start()
+    started = time.monotonic()
+    b_ns = b.namespace()
+    b.apply(b_ns, pool_manifest("own", replicas=1))
+    b_uid = b.wait_until(lambda: (b.get(b_ns, "own") or {}).get("metadata", {}).get("uid"),
+                         "the uid")  # fmt: skip
+    made_by_b = b.wait_until(lambda: list(b.cloud(str(b_uid))), "B's instance", 60)
+    time.sleep(max(0.0, GRACE - (time.monotonic() - started)))
+    _more_passes(3, a, b)  # three sweeps each, past the grace
+    everything = [*ids, *made_by_b]
+    assert _states(a, everything) == dict.fromkeys(everything, "RUNNING")
+    b_log = b.log.read_text(errors="replace").rsplit("=== operator start", 1)[-1]
+    for text in (a.log.read_text(errors="replace")[a_since:], b_log):
+        # (the third test's instance of B's may go: A sweeps it once B stopped, as it should)
+        assert not [i for i in everything if f"terminated instance {i}" in text]
+    a.wait_until(partial(_condition, a, ns, "web", "IdentityConflict"), "A says so", 30)
+    b.wait_until(partial(_condition, b, b_ns, "own", "IdentityConflict"), "B says so", 30)
+    a.wait_until(partial(_event, a, ns, "web", "IdentityConflict"), "A's Event", 30)
+    message = str(_condition(a, ns, "web", "IdentityConflict"))
+    assert cluster_uid(b.kube) in message and "cloud account" in message
+    assert cluster_a in str(_condition(b, b_ns, "own", "IdentityConflict"))
+    print(json.dumps({"cloud-held passes": [_passes(a), _passes(b)],
+                      "seconds": round(time.monotonic() - started, 1)}))  # fmt: skip
+    b.stop()

@@ -191,7 +191,9 @@ class StraySweep:
         for account in list(self.accounts.values()):
             unproven = self.account_hold(account.credentials, account.region)
             if unproven is not None:  # as a failed listing: its clocks run on
-                log.info("sweep of %s in %s held: %s", account.label, account.region, unproven)
+                if (account.label, unproven) not in self._told:  # once a reason
+                    self._told.add((account.label, unproven))
+                    log.info("sweep of %s in %s held: %s", account.label, account.region, unproven)
                 listed |= set(self.missing.since)
                 continue
             try:
