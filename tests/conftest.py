@@ -81,7 +81,7 @@ HEAVY = (
 LONGEST_FIRST = (
     "e2e/test_shared_account",  # 323 alone on a loaded machine: two clusters, a rebuilt one
     "e2e/test_docs_recipes",  # 196 alone on a loaded machine: one world, one operator
-    "e2e/test_one_identity",  # two clusters and an etcd clone on one backend
+    "e2e/test_one_identity",  # 287 under load 22: two clusters, an etcd clone; one backend, two
     "e2e/test_credentials_lifetime",  # 167, waiting for 70 s boots most of it
     "e2e/test_operator",  # 125
     "e2e/test_limits_held",  # 110
