@@ -250,6 +250,7 @@ def test_a_copied_cluster_id_on_another_backend_holds_both(world: World) -> None
     assert ids, "needs the first test's world"
     cluster_a = cluster_uid(a.kube)
     a_since = len(a.log.read_text(errors="replace"))
+    b.stop()  # (still running when the tests before were not run)
     b.backend_url = None  # its own: file:// under its directory
     b.env["SPOTPOOL_CLUSTER_ID"] = cluster_a
     b.start()
