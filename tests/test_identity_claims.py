@@ -53,9 +53,7 @@ def test_run_by_hand_a_killed_predecessor_is_no_rival_until_it_moves() -> None:
     dead = _claim("before", 985.0)  # its last renewal came before this process started
     assert rivals(mine, [dead], watch, now=1000.0, slack=75.0, leases=False) == []
     moved = _claim("before", 995.0)  # renewed again: alive beside this one
-    assert [c.nonce for c in rivals(mine, [moved], watch, 1000.0, 75.0, leases=False)] == [
-        "before"
-    ]
+    assert [c.nonce for c in rivals(mine, [moved], watch, 1000.0, 75.0, leases=False)] == ["before"]
 
 
 def test_takeover_only_when_named_or_the_old_claim_is_old_enough() -> None:

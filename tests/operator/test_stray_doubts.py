@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.operator.fakes import run
-from tests.operator.test_stray_sweep import GRACE, NOW, World, instance
+from tests.operator.stray_world import GRACE, NOW, World, instance
 
 pytestmark = pytest.mark.unit
 LEASE = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
