@@ -26,6 +26,7 @@ from tests.e2e._support.install_checks import (
     INTERRUPTIONS,
     LEASES,
     NAMESPACES,
+    NODE_RIGHTS,
     POOLS,
     namespaces,
     nothing_more,
@@ -139,7 +140,7 @@ def test_an_install_for_some_namespaces_grants_rights_only_there(
             else set()
         )
         assert installs.granted(private_cluster, account, ns) == {
-            (CRDS, "get list watch"), NAMESPACES, *ACCESS, *lease,
+            (CRDS, "get list watch"), NAMESPACES, *ACCESS, *NODE_RIGHTS, *lease,
         }  # fmt: skip
     assert not installs.can(private_cluster, account, "list", POOLS, "--all-namespaces")
     assert not installs.can(private_cluster, account, "get", "secrets", "--all-namespaces")

@@ -26,6 +26,7 @@ from tests.e2e._support.install_checks import (
     INTERRUPTIONS,
     LEASES,
     NAMESPACES,
+    NODE_RIGHTS,
     POOLS,
     article_pool,
     helm,
@@ -149,7 +150,7 @@ def test_helm_installs_upgrades_and_uninstalls_with_least_privilege(private_clus
             assert not installs.can(private_cluster, account, verb, resource, "-n", ns), (verb, ns)
         lease = {(LEASES, lease_verbs), *INTERRUPTIONS} if ns == "spotpool-system" else set()
         assert installs.granted(private_cluster, account, ns) == {
-            (CRDS, "get list watch"), NAMESPACES, *ACCESS, *lease,
+            (CRDS, "get list watch"), NAMESPACES, *ACCESS, *NODE_RIGHTS, *lease,
         }  # fmt: skip
     assert not installs.can(private_cluster, account, "get", "secrets", "--all-namespaces")
     history = json.loads(helm(private_cluster, "history", RELEASE, *release, "-o", "json"))
