@@ -55,6 +55,7 @@ OTHER_TOOLS = {
     "--skip-crds": "helm install",
     "--server-side": "kubectl apply",
     "--force-conflicts": "kubectl apply",
+    "--node-labels": "kubelet (a node join)",
 }
 
 # Other tools whose command lines the docs show (their flags are theirs, not checked here).
