@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
-from spotpool.engine.state.backend_files import BackendFiles
+from spotpool.engine.state.backend_files import BackendFiles, read_if_present
 
 CLAIMS = ".spotpool/claims/"
 HOLDERS = ".spotpool/holders/"
@@ -155,14 +155,9 @@ def describe_rivals(mine: Claim, found: Collection[Claim]) -> str:
 
 
 def read_holder(files: BackendFiles, stack: str) -> Holder | None:
-    try:
-        raw = files.read(f"{HOLDERS}{_safe(stack)}.json")
-    except FileNotFoundError:
+    raw = read_if_present(files, f"{HOLDERS}{_safe(stack)}.json")
+    if raw is None:
         return None
-    except Exception as error:
-        if "NoSuchKey" in str(error):
-            return None
-        raise
     try:
         return Holder.model_validate(json.loads(raw))
     except ValueError:

@@ -25,7 +25,7 @@ import yaml
 from spotpool.api.stackconfig import PROJECT
 from spotpool.engine.leftovers.install_marker import marked_since
 from spotpool.engine.leftovers.retained import retained_records
-from spotpool.engine.state.backend_files import ROOT, BackendFiles, open_backend
+from spotpool.engine.state.backend_files import ROOT, BackendFiles, open_backend, read_if_present
 
 log = logging.getLogger(__name__)
 LAUNCH_MARK = ".spotpool-launch"  # the fast path's intents (launches/launch_intents.py)
@@ -91,21 +91,16 @@ def _doubtful(why: str) -> Holdings:
 def _layout(files: BackendFiles) -> str | None:
     """The layout: `project` (meta.yaml version 1), `flat` (Pulumi's older one: no meta.yaml),
     or None for anything else (a version this release does not know)."""
-    try:
-        raw = files.read(f"{ROOT}/meta.yaml")
-    except FileNotFoundError:
+    raw = read_if_present(files, f"{ROOT}/meta.yaml")
+    if raw is None:
         return "flat"
-    except Exception as error:
-        if "NoSuchKey" in str(error):
-            return "flat"
-        raise
     meta = yaml.safe_load(raw)
     version = meta.get("version") if isinstance(meta, dict) else None
     return {0: "flat", 1: "project"}.get(version) if isinstance(version, int) else None
 
 
 def _checkpoint_ids(files: BackendFiles, key: str) -> set[str]:
-    raw = _read(files, key)
+    raw = read_if_present(files, key)
     if raw is None:
         return set()  # removed since the listing: a deleted stack holds nothing
     if key.endswith(".gz"):
@@ -122,19 +117,8 @@ def _checkpoint_ids(files: BackendFiles, key: str) -> set[str]:
     }
 
 
-def _read(files: BackendFiles, key: str) -> bytes | None:
-    try:
-        return files.read(key)
-    except FileNotFoundError:
-        return None
-    except Exception as error:
-        if "NoSuchKey" in str(error):
-            return None
-        raise
-
-
 def _json(files: BackendFiles, key: str) -> Any:
-    raw = _read(files, key)
+    raw = read_if_present(files, key)
     try:
         return json.loads(raw) if raw else None
     except ValueError:

@@ -10,7 +10,7 @@ import logging
 from datetime import UTC, datetime
 from urllib.parse import quote
 
-from spotpool.engine.state.backend_files import BackendFiles, open_backend
+from spotpool.engine.state.backend_files import BackendFiles, open_backend, read_if_present
 
 PREFIX = ".spotpool/installs/"
 log = logging.getLogger(__name__)
@@ -22,15 +22,11 @@ def marker_key(install_id: str) -> str:
 
 def marked_since(files: BackendFiles, install_id: str) -> datetime | None:
     """When the install first started on this backend; None: no (readable) marker."""
-    try:
-        record = json.loads(files.read(marker_key(install_id)))
-        return datetime.fromisoformat(str(record["since"]))
-    except FileNotFoundError:
+    raw = read_if_present(files, marker_key(install_id))
+    if raw is None:
         return None
-    except Exception as error:
-        if "NoSuchKey" in str(error):
-            return None
-        raise
+    record = json.loads(raw)
+    return datetime.fromisoformat(str(record["since"]))
 
 
 def mark_install(backend_url: str, install_id: str, cluster_id: str | None) -> datetime | None:

@@ -105,6 +105,19 @@ class S3Backend:
         self.client.remove_object(self.bucket, self._key(key))
 
 
+def read_if_present(files: BackendFiles, key: str) -> bytes | None:
+    """The key's bytes, or None when the backend holds no such key (a missing file, S3's
+    NoSuchKey); any other failure is raised: an unreadable key is not an absent one."""
+    try:
+        return files.read(key)
+    except FileNotFoundError:
+        return None
+    except Exception as error:
+        if "NoSuchKey" in str(error):
+            return None
+        raise
+
+
 def _raise(error: OSError) -> None:
     raise error
 
