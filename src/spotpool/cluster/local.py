@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from spotpool.children import tied_to_parent
 from spotpool.cluster.oidc import ISSUER, write_jwks
-from spotpool.cluster.scheduler import SCHEDULER_USER, scheduler_args
+from spotpool.cluster.scheduler import SCHEDULER_USER, component_args, scheduler_args
 from spotpool.ports import free_port
 from spotpool.toolchain.manifest import TOOLS_BY_NAME
 from spotpool.toolchain.paths import tool_dir
@@ -258,14 +258,7 @@ def _start_controller_manager(
     _write_kubeconfig(kubeconfig, server, token, pki / "apiserver.crt", "controller-manager")
     return _spawn(
         [
-            str(binary),
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"--cert-dir={directory / 'controller-manager'}",
-            "--leader-elect=false",
+            *component_args(binary, kubeconfig, port, directory / "controller-manager"),
             "--use-service-account-credentials=true",
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'apiserver.crt'}",

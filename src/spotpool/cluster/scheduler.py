@@ -10,9 +10,10 @@ from pathlib import Path
 SCHEDULER_USER = "system:kube-scheduler"
 
 
-def scheduler_args(binary: Path, directory: Path, kubeconfig: Path, port: int) -> list[str]:
-    """kube-scheduler's command line: the cluster's API server through `kubeconfig`, a
-    self-signed serving cert under `directory`, no leader election (one scheduler)."""
+def component_args(binary: Path, kubeconfig: Path, port: int, cert_dir: Path) -> list[str]:
+    """What kube-scheduler and kube-controller-manager are both given here: the API server and
+    its authentication and authorization through `kubeconfig`, loopback only on `port`, a
+    self-signed serving cert in `cert_dir`, no leader election (one of each)."""
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
@@ -20,7 +21,11 @@ def scheduler_args(binary: Path, directory: Path, kubeconfig: Path, port: int) -
         f"--authorization-kubeconfig={kubeconfig}",
         "--bind-address=127.0.0.1",
         f"--secure-port={port}",
-        f"--cert-dir={directory / 'kube-scheduler'}",
+        f"--cert-dir={cert_dir}",
         "--leader-elect=false",
-        "--v=0",
     ]
+
+
+def scheduler_args(binary: Path, directory: Path, kubeconfig: Path, port: int) -> list[str]:
+    """kube-scheduler's command line: the shared flags, its serving cert under `directory`."""
+    return [*component_args(binary, kubeconfig, port, directory / "kube-scheduler"), "--v=0"]
