@@ -115,8 +115,8 @@ def test_joined_instances_are_ready_nodes_that_run_pods_until_reclaimed(
 
     # A deleted pod goes at the end of its grace, as its kubelet would let it.
     victim = pods[0]["metadata"]["name"]
+    deleted = time.monotonic()  # before the call: the grace runs from the server's accept
     kube.ok("-n", ns, "delete", "pod", victim, "--grace-period=3", "--wait=false")
-    deleted = time.monotonic()
     time.sleep(1.5)
     assert _json(kube, "-n", ns, "get", "pod", victim)["metadata"].get("deletionTimestamp")
     world.wait_until(
