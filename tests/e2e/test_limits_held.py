@@ -16,7 +16,6 @@ printed beside the limit.
 - a termination notice and a rollout at the limit make no surge instance past it.
 """
 
-import json
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -68,9 +67,7 @@ def _held(world: OperatorWorld, namespace: str, name: str) -> str:
 
 
 def _pools(world: OperatorWorld, namespace: str) -> list[dict[str, Any]]:
-    listed = world.kube.ok("-n", namespace, "get", "spotpools", "-o", "json")
-    items: list[dict[str, Any]] = json.loads(listed)["items"]
-    return items
+    return world.pools(namespace)
 
 
 def test_a_held_pool_fills_within_one_refresh_after_its_limit_is_raised(

@@ -20,11 +20,11 @@ from spotpool.localworld.emulator import SPOTPOOL
 from tests.e2e._support.replicas import Replicas, apply_pools
 from tests.operator.world import OperatorWorld
 
-# The 30 pools' runs open their secrets through the key service (a passphrase run costs about
+# The pools' runs open their secrets through the key service (a passphrase run costs about
 # twice the CPU); the replicas' path runs with the default provider in test_frozen_replica.py
 # and test_fast_path_handover.py.
 pytestmark = [pytest.mark.e2e, pytest.mark.heavy, pytest.mark.usefixtures("keyserver_stacks")]
-POOLS, SHARDS, LEASE, REFRESH = 30, 8, 6.0, 20
+POOLS, SHARDS, LEASE, REFRESH = 16, 8, 6.0, 20
 SLOW = 0.15  # seconds replica a's API-server connection adds to every chunk, each way
 RUN_LINE = re.compile(
     r"^\[(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\].*\] (?P<what>\w+) of (?P<stack>\S+) "
@@ -34,7 +34,7 @@ RUN_LINE = re.compile(
 
 @pytest.fixture
 def replica_options() -> dict[str, Any]:
-    # 30 pools: their namespace is left terminating at the end (30 destroys would take minutes)
+    # the pools' namespace is left terminating at the end (16 destroys would take minutes)
     return {"shards": SHARDS, "s3_backend": True, "namespace_prefix": "sh-",
             "refresh_seconds": REFRESH, "delete_pools": False}  # fmt: skip
 
@@ -180,7 +180,7 @@ def test_replicas_share_the_pools_and_take_over_a_killed_ones(replicas: Replicas
 
     # no leak, no duplicate, no stuck lock; every pool Ready with its one instance
     for name in names:
-        pool = a_live.wait_ready(ns, name, 1, timeout=120)
+        pool = a_live.wait_ready(ns, name, 1, timeout=LEASE + REFRESH + 120)
         assert sorted(a_live.cloud(uids[name])) == _ids(pool), name
     assert replicas.server is not None
     locks = replicas.server.directory / replicas.server.bucket / ".pulumi" / "locks"

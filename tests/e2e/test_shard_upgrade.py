@@ -53,7 +53,7 @@ def test_a_lock_left_by_a_replica_of_before_shards_is_broken_by_the_sharded_one(
     assert _holders(_lease(world, LEASE)) == [old_host]  # it held the single Lease
 
     world.hostname = f"spotpool-operator-new-{uuid.uuid4().hex[:4]}"
-    world.env = {"SPOTPOOL_LEASE_NAME": LEASE}  # the default: 16 shards
+    world.env = {"SPOTPOOL_LEASE_NAME": LEASE, "SPOTPOOL_SHARDS": "16"}  # the chart's default
     started = time.monotonic()
     world.start()
     pool = world.wait_ready(ns, "moved", 3, timeout=300)

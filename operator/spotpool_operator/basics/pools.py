@@ -93,6 +93,7 @@ class PoolState:
     held_slots: set[int] = field(default_factory=set)  # ...and another live instance holds
     placement: Placement | None = None  # the last placement's ranking (status.placement)
     wake: asyncio.Event = field(default_factory=asyncio.Event)  # set when gone_slots grows
+    released: bool = False  # its shard went to another replica (pool_book.drop)
     # On-demand fallbacks: since when each slot is on-demand, since when spot stock has been
     # seen selling without a break (the hysteresis of the way back), slots moving back now.
     on_demand_since: dict[int, float] = field(default_factory=dict)
@@ -118,4 +119,9 @@ class PoolState:
 
     def __post_init__(self) -> None:
         self.noticed = self.noticed or {n.slot: n for n in self.status.notices.accepted}
+
+    @property
+    def has_news(self) -> bool:
+        """Work its daemon does at once: a reclaim the probe saw, a notice, onNotice results."""
+        return bool(self.gone_slots or self.noticed or self.checkpoints)
         self.written_checkpoints |= {c.instance_id for c in self.status.notices.checkpoints}

@@ -93,6 +93,7 @@ class PoolBook(LimitGates):
             if self.probe is not None:
                 self.probe.unwatch(uid)
             if pool is not None:
+                pool.released = True
                 pool.wake.set()  # its daemon looks again: it waits for the shard now
             if pool is not None and pool.latest is not None:
                 self.metrics.forget_pool(pool.latest.namespace, pool.latest.name)

@@ -26,7 +26,7 @@ import kopf
 
 from spotpool.api.spec import GROUP, PLURAL, VERSION
 from spotpool_operator.basics.failures import PoolProblem
-from spotpool_operator.basics.pools import PoolRef, operator_class
+from spotpool_operator.basics.pools import PoolRef, PoolState, operator_class
 from spotpool_operator.cloud.interruptions import keep_learning
 from spotpool_operator.convergence.node_hooks import NODE_LOOK
 from spotpool_operator.process.kopf_storage import (
@@ -137,7 +137,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
             backing_off = not_before - time.monotonic()
             if settle:
                 if backing_off > 0:
-                    await _sleep(stopped, pool.wake, backing_off)
+                    await _sleep(stopped, None, backing_off)  # the converge takes any news too
                     continue
                 try:
                     await reconciler.converge(ref)  # no up when the stack applied this spec
@@ -147,7 +147,7 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
                     failures += 1
                     not_before = time.monotonic() + settings.backoff(failures - 1)
                 continue
-            urgent = pool.gone_slots or pool.noticed or pool.checkpoints
+            urgent = pool.has_news
             # urgent work waits out only its backoff, not the next refresh
             wait = backing_off if urgent else max(reconciler.refresh_due_in(ref), backing_off)
             # held by a limit: the admin may raise it; looked at every HELD_LOOK seconds
@@ -157,12 +157,15 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
             if wait > 0 and not moved and not urgent and await reconciler.look_at_nodes(ref):
                 wait = min(wait, NODE_LOOK)  # spec.nodes: its nodes looked at every few seconds
             if wait > 0 and not moved:
-                await _sleep(stopped, pool.wake, wait)
+                if urgent:  # urgent work waits out its backoff, and only that
+                    await _sleep(stopped, None, wait)
+                else:
+                    await rest(stopped, pool, wait)
                 continue  # re-read: an operation may have moved the due time meanwhile
             try:
                 if moved:  # the namespace's limits changed: grow now if they allow it
                     await reconciler.grow_held(ref)
-                    await _sleep(stopped, pool.wake, HELD_LOOK)  # never a busy loop
+                    await rest(stopped, pool, HELD_LOOK)  # never a busy loop
                 elif pool.noticed:  # a reclaim ahead: its replacement starts now
                     await reconciler.start_surges(ref)
                 elif pool.gone_slots:
@@ -254,9 +257,22 @@ async def _limits_moved(reconciler: Reconciler, ref: PoolRef) -> bool:
         return False
 
 
-async def _sleep(stopped: kopf.DaemonStopped, wake: asyncio.Event, seconds: float) -> None:
-    """Sleep until `seconds` pass, the daemon is stopped, or the pool is woken."""
-    waiters = [asyncio.ensure_future(stopped.wait()), asyncio.ensure_future(wake.wait())]
+async def rest(stopped: kopf.DaemonStopped, pool: PoolState, seconds: float) -> None:
+    """A pool's daemon with nothing urgent sleeps until `seconds` pass, it is stopped, or news
+    comes (`pool.wake`); news that came while it looked (or its shard went): no sleep. A wake
+    left set with its news already handled is spent here: left set, every later rest would
+    return at once, and the daemon would spin (200,000 turns in 100 s before this)."""
+    if pool.has_news or pool.released:
+        return
+    pool.wake.clear()
+    await _sleep(stopped, pool.wake, seconds)
+
+
+async def _sleep(stopped: kopf.DaemonStopped, wake: asyncio.Event | None, seconds: float) -> None:
+    """Sleep until `seconds` pass, the daemon is stopped, or `wake` is set."""
+    waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(stopped.wait())]
+    if wake is not None:
+        waiters.append(asyncio.ensure_future(wake.wait()))
     try:
         await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -19,6 +19,7 @@ import psutil
 import yaml
 
 from spotpool.api.access import CONSENT_KEY
+from spotpool.api.spec import GROUP, PLURAL, VERSION
 from spotpool.children import tied_to_parent
 from spotpool.localworld.emulator import (
     SECRET_ID,
@@ -133,6 +134,11 @@ class OperatorWorld:
         if self.lease_namespace:
             env["SPOTPOOL_LEASE_NAMESPACE"] = self.lease_namespace
             env["SPOTPOOL_LEASE_DURATION"] = "6s"  # a killed operator's successor waits this
+            # Every shard Lease held is renewed each sixth of the duration: the default 16 at
+            # 6 s are 16 Lease writes a second, a tenth of the API server's CPU and a quarter
+            # of the operator's for each operator a test runs. Two keep the sharded path; the
+            # replica tests choose their own count (env).
+            env["SPOTPOOL_SHARDS"] = "2"
         env.update(self.env)
         command = [
             str(SPOTPOOL), "operator", "run", "--namespace", f"{self.namespace_prefix}*",
@@ -211,13 +217,12 @@ class OperatorWorld:
         self.kube.ok("-n", namespace, "apply", "-f", "-", stdin=json.dumps(manifest))
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        result = self.kube.run("-n", namespace, "get", "spotpool", name, "-o", "json")
-        if result.returncode != 0:
-            if "NotFound" in result.stderr:
-                return None
-            raise AssertionError(result.stderr)
-        pool: dict[str, Any] = json.loads(result.stdout)
-        return pool
+        return self.kube.read(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}")
+
+    def pools(self, namespace: str) -> list[dict[str, Any]]:
+        """Every Spotpool of the namespace, as `kubectl get spotpools -o json` lists them."""
+        listed = self.kube.read(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}")
+        return list((listed or {}).get("items") or [])
 
     def status(self, namespace: str, name: str) -> dict[str, Any]:
         pool = self.get(namespace, name)
@@ -230,18 +235,9 @@ class OperatorWorld:
         return {}
 
     def events(self, namespace: str, name: str) -> list[tuple[str, str, str]]:
-        reply = json.loads(
-            self.kube.ok(
-                "-n",
-                namespace,
-                "get",
-                "events",
-                "-o",
-                "json",
-                "--field-selector",
-                f"involvedObject.name={name},involvedObject.kind=Spotpool",
-            )
-        )
+        selector = f"involvedObject.name={name},involvedObject.kind=Spotpool"
+        reply = self.kube.read(f"/api/v1/namespaces/{namespace}/events", fieldSelector=selector)
+        reply = reply or {"items": []}
         return [(e["type"], e["reason"], e.get("message", "")) for e in reply["items"]]
 
     def reasons(self, namespace: str, name: str) -> list[str]:
@@ -280,9 +276,11 @@ class OperatorWorld:
     ) -> dict[str, Any]:
         """Until status says Ready with `count` RUNNING instances that the cloud also has."""
 
+        last: dict[str, Any] = {}
+
         def ready() -> dict[str, Any] | None:
             pool = self.get(namespace, name) or {}
-            status = pool.get("status") or {}
+            status = last["status"] = pool.get("status") or {}
             ready: dict[str, Any] = next(
                 (c for c in status.get("conditions") or [] if c["type"] == "Ready"), {}
             )
@@ -296,9 +294,16 @@ class OperatorWorld:
                 return pool
             return None
 
-        pool: dict[str, Any] = self.wait_until(
-            ready, f"{namespace}/{name} Ready with {count}", timeout
-        )
+        try:
+            pool: dict[str, Any] = self.wait_until(
+                ready, f"{namespace}/{name} Ready with {count}", timeout
+            )
+        except AssertionError as error:  # what it showed last, before the log
+            shown = {k: last.get("status", {}).get(k) for k in ("phase", "readyReplicas", "size",
+                                                                "observedGeneration")}  # fmt: skip
+            conditions = [(c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+                          for c in last.get("status", {}).get("conditions") or []]  # fmt: skip
+            raise AssertionError(f"last status {shown}, conditions {conditions}\n{error}") from None
         return pool
 
 

@@ -77,8 +77,7 @@ def race(world: OperatorWorld, namespace: str, directory: Path, pools: int) -> t
     (directory / "pools.yaml").write_text(yaml.safe_dump_all(docs))
 
     def settled() -> tuple[int, int] | None:
-        listed = world.kube.ok("-n", namespace, "get", "spotpools", "-o", "json")
-        statuses = [p.get("status") or {} for p in json.loads(listed)["items"]]
+        statuses = [p.get("status") or {} for p in world.pools(namespace)]
         ready = [s for s in statuses if s.get("readyReplicas") == 1]
         held = [s for s in statuses if any(c["type"] == "Limited" and c["status"] == "True"
                                            for c in s.get("conditions") or [])]  # fmt: skip

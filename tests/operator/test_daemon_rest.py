@@ -1,0 +1,92 @@
+"""A pool's daemon between two looks (process/handlers.py `rest`): it sleeps until its time,
+its stop or news, and a wake whose news was already handled never makes it spin.
+
+Before `rest`, a wake left set (by a notice whose surge had started, say) made every later
+sleep return at once: one idle operator turned its pool's loop 200,000 times in 100 s."""
+
+import asyncio
+import time
+from typing import Any, cast
+
+import kopf
+import pytest
+from spotpool_operator.basics.pools import PoolState
+from spotpool_operator.process.handlers import rest
+
+from spotpool.api.status import SpotpoolStatus
+
+pytestmark = pytest.mark.unit
+
+
+class _Running:
+    """kopf's DaemonStopped as a daemon that is never stopped sees it."""
+
+    async def wait(self) -> bool:
+        await asyncio.Event().wait()
+        return True
+
+
+def _never_stopped() -> kopf.DaemonStopped:
+    return cast(kopf.DaemonStopped, cast(Any, _Running()))
+
+
+def _turns(pool: PoolState, seconds: float, each: float) -> int:
+    """How many times a daemon-like loop of `rest(each)` turns in `seconds`."""
+
+    async def loop() -> int:
+        stopped = _never_stopped()
+        turns, ends = 0, time.monotonic() + seconds
+        while time.monotonic() < ends:
+            await rest(stopped, pool, each)
+            turns += 1
+        return turns
+
+    return asyncio.run(loop())
+
+
+def test_a_wake_with_its_news_handled_is_spent_not_spun_on() -> None:
+    pool = PoolState(status=SpotpoolStatus())
+    pool.wake.set()  # set by news since handled: nothing is urgent now
+    assert _turns(pool, 0.5, 0.1) <= 6  # a turn a tenth of a second, not a busy loop
+    assert not pool.wake.is_set()
+
+
+def test_news_that_came_while_it_looked_means_no_sleep() -> None:
+    pool = PoolState(status=SpotpoolStatus())
+    pool.gone_slots.add(0)
+
+    async def one() -> float:
+        started = time.monotonic()
+        await rest(_never_stopped(), pool, 30.0)
+        return time.monotonic() - started
+
+    assert asyncio.run(one()) < 1.0
+
+
+def test_news_during_a_rest_wakes_it_at_once() -> None:
+    pool = PoolState(status=SpotpoolStatus())
+
+    async def woken() -> float:
+        started = time.monotonic()
+
+        def news() -> None:
+            pool.gone_slots.add(1)
+            pool.wake.set()  # as the fleet probe does (pool_book._watch)
+
+        asyncio.get_running_loop().call_later(0.2, news)
+        await rest(_never_stopped(), pool, 30.0)
+        return time.monotonic() - started
+
+    assert asyncio.run(woken()) < 5.0
+
+
+def test_a_released_pool_rests_not_at_all() -> None:
+    """Its shard went to another replica: the daemon looks again at once (and waits there)."""
+    pool = PoolState(status=SpotpoolStatus(), released=True)
+
+    async def one() -> float:
+        started = time.monotonic()
+        await rest(_never_stopped(), pool, 30.0)
+        return time.monotonic() - started
+
+    assert asyncio.run(one()) < 1.0
