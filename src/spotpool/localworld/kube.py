@@ -46,7 +46,10 @@ class Kube:
         JSON; None when the object does not exist (404), any other failure raised."""
         host, pool, headers = self._api()
         url = f"{host}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
-        reply = pool.request("GET", url, headers=headers, timeout=30.0, retries=False)
+        try:
+            reply = pool.request("GET", url, headers=headers, timeout=30.0, retries=False)
+        except urllib3.exceptions.HTTPError as error:  # as kubectl's failure would be
+            raise AssertionError(f"GET {path}: {error}") from None
         if reply.status == 404:
             return None
         if reply.status != 200:
@@ -55,9 +58,12 @@ class Kube:
         return found
 
     def _api(self) -> tuple[str, urllib3.PoolManager, dict[str, str]]:
-        """The kubeconfig's server, a kept connection pool with its TLS and its credentials."""
+        """The kubeconfig's server, a kept connection pool with its TLS and its credentials;
+        read again when the file changes (a cluster restarted on another port rewrites it)."""
+        stat = self.kubeconfig.stat()
+        version = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
         with self._lock:
-            if self._client is None:
+            if self._client is None or self._client[0] != version:
                 from kubernetes import client, config
 
                 settings = client.Configuration()
@@ -71,5 +77,5 @@ class Kube:
                 token = settings.api_key.get("authorization") or settings.api_key.get("BearerToken")
                 if token:
                     headers["Authorization"] = token
-                self._client = (settings.host, pool, headers)
-            return self._client  # type: ignore[no-any-return]
+                self._client = (version, (settings.host, pool, headers))
+            return self._client[1]  # type: ignore[no-any-return]
