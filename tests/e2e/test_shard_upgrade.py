@@ -62,8 +62,12 @@ def test_a_lock_left_by_a_replica_of_before_shards_is_broken_by_the_sharded_one(
     ids = sorted(str(i["instanceId"]) for i in pool["status"].get("instances") or [])
     assert sorted(world.cloud(uid)) == ids and len(set(ids)) == 3  # no leak, no duplicate
     assert not killed.locks()
-    recovered = [m for _, r, m in world.events(ns, "moved") if r == "Recovered"]
-    assert any(f"@{old_host}" in m and "holds none of them now" in m for m in recovered), recovered
+
+    def recovered() -> list[str]:  # the Event is posted beside the run: it may trail Ready
+        said = [m for _, r, m in world.events(ns, "moved") if r == "Recovered"]
+        return [m for m in said if f"@{old_host}" in m and "holds none of them now" in m]
+
+    world.wait_until(recovered, "the Recovered Event naming the old holder", 30)
     shard = _lease(world, shard_lease_name(LEASE, 16, shard_of(uid, 16)))
     assert old_host not in _holders(shard)  # its own shard's history could not prove it
     assert str(shard["spec"]["holderIdentity"]).startswith(world.hostname)  # type: ignore[index]
