@@ -101,8 +101,7 @@ def operator_world(
         operator.stop()
         if operator.nodes is not None:
             operator.nodes.stop()
-        for namespace in operator.namespaces:
-            kube.run("delete", "namespace", namespace, "--wait=false")
+        operator.release_namespaces()
         emulator.stop()
 
 

@@ -86,8 +86,8 @@ def installs(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[I
         for world in worlds:
             world.stop()
         for world in worlds:
+            world.release_namespaces()
             for namespace in world.namespaces:
-                kube.run("delete", "namespace", namespace, "--wait=false")
                 kube.run("delete", "spotpoolaccesspolicy", f"e2e-{namespace}", "--wait=false")
         emulator.stop()
 

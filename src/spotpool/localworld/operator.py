@@ -77,6 +77,9 @@ def pool_manifest(name: str, **spec: Any) -> dict[str, Any]:
     }
 
 
+POOLS_PATH = f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}"
+
+
 @dataclass
 class OperatorWorld:
     kube: Kube
@@ -219,9 +222,13 @@ class OperatorWorld:
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.kube.read(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}")
 
+    def release_namespaces(self) -> None:
+        """Delete the namespaces made, with the pools left in them (the operator stopped)."""
+        self.kube.delete_namespaces(self.namespaces, POOLS_PATH)
+
     def pools(self, namespace: str) -> list[dict[str, Any]]:
         """Every Spotpool of the namespace, as `kubectl get spotpools -o json` lists them."""
-        listed = self.kube.read(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}")
+        listed = self.kube.read(POOLS_PATH.format(namespace=namespace))
         return list((listed or {}).get("items") or [])
 
     def status(self, namespace: str, name: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from spotpool.cluster import s3
 from spotpool.localworld.emulator import EmulatorProcess, start_emulator
 from spotpool.localworld.kube import Kube
+from spotpool.localworld.operator import POOLS_PATH
 from spotpool.localworld.slow_proxy import StallProxy, target_of
 from tests._support.s3 import local_s3
 from tests._support.tools import require_tool
@@ -95,8 +96,7 @@ class Replicas:
             delete_pools_while_served(self.kube, namespaces)
         for world in self.replicas.values():
             world.stop()
-        for namespace in [*namespaces, self.lease_namespace]:
-            self.kube.run("delete", "namespace", namespace, "--wait=false")
+        self.kube.delete_namespaces([*namespaces, self.lease_namespace], POOLS_PATH)
         for proxy in self.proxies:
             proxy.close()
 
