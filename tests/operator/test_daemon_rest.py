@@ -6,6 +6,7 @@ sleep return at once: one idle operator turned its pool's loop 200,000 times in 
 
 import asyncio
 import time
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
@@ -13,7 +14,7 @@ import pytest
 from spotpool_operator.basics.pools import PoolState
 from spotpool_operator.process.handlers import rest
 
-from spotpool.api.status import SpotpoolStatus
+from spotpool.api.status import Checkpoint, Notices, SpotpoolStatus
 
 pytestmark = pytest.mark.unit
 
@@ -90,3 +91,14 @@ def test_a_released_pool_rests_not_at_all() -> None:
         return time.monotonic() - started
 
     assert asyncio.run(one()) < 1.0
+
+
+def test_a_pool_rebuilt_from_its_status_knows_the_results_it_recorded() -> None:
+    """The onNotice results a status holds are answered `recorded` by the replica that reads
+    it (a takeover): PoolState learns them from the status it is built from."""
+    recorded = Checkpoint(slot=0, instance_id="ins-done", exit_code=0, seconds=1.5,
+                          time=datetime.now(UTC))  # fmt: skip
+    status = SpotpoolStatus(notices=Notices(checkpoints=[recorded]))
+    pool = PoolState(status=status)
+    assert pool.written_checkpoints == {"ins-done"}
+    assert not pool.has_news  # recorded results are no work for its daemon

@@ -119,9 +119,9 @@ class PoolState:
 
     def __post_init__(self) -> None:
         self.noticed = self.noticed or {n.slot: n for n in self.status.notices.accepted}
+        self.written_checkpoints |= {c.instance_id for c in self.status.notices.checkpoints}
 
     @property
     def has_news(self) -> bool:
         """Work its daemon does at once: a reclaim the probe saw, a notice, onNotice results."""
         return bool(self.gone_slots or self.noticed or self.checkpoints)
-        self.written_checkpoints |= {c.instance_id for c in self.status.notices.checkpoints}
