@@ -52,45 +52,37 @@ def test_a_wake_with_its_news_handled_is_spent_not_spun_on() -> None:
     assert not pool.wake.is_set()
 
 
+def _rested(pool: PoolState, news_after: float | None = None) -> float:
+    """Seconds one `rest(30 s)` of the pool lasted; with `news_after`, a reclaim is seen that
+    many seconds into it (the fleet probe's gone slots and wake, pool_book._watch)."""
+
+    async def one() -> float:
+        def news() -> None:
+            pool.gone_slots.add(1)
+            pool.wake.set()
+
+        if news_after is not None:
+            asyncio.get_running_loop().call_later(news_after, news)
+        started = time.monotonic()
+        await rest(_never_stopped(), pool, 30.0)
+        return time.monotonic() - started
+
+    return asyncio.run(one())
+
+
 def test_news_that_came_while_it_looked_means_no_sleep() -> None:
     pool = PoolState(status=SpotpoolStatus())
     pool.gone_slots.add(0)
-
-    async def one() -> float:
-        started = time.monotonic()
-        await rest(_never_stopped(), pool, 30.0)
-        return time.monotonic() - started
-
-    assert asyncio.run(one()) < 1.0
+    assert _rested(pool) < 1.0
 
 
 def test_news_during_a_rest_wakes_it_at_once() -> None:
-    pool = PoolState(status=SpotpoolStatus())
-
-    async def woken() -> float:
-        started = time.monotonic()
-
-        def news() -> None:
-            pool.gone_slots.add(1)
-            pool.wake.set()  # as the fleet probe does (pool_book._watch)
-
-        asyncio.get_running_loop().call_later(0.2, news)
-        await rest(_never_stopped(), pool, 30.0)
-        return time.monotonic() - started
-
-    assert asyncio.run(woken()) < 5.0
+    assert _rested(PoolState(status=SpotpoolStatus()), news_after=0.2) < 5.0
 
 
 def test_a_released_pool_rests_not_at_all() -> None:
     """Its shard went to another replica: the daemon looks again at once (and waits there)."""
-    pool = PoolState(status=SpotpoolStatus(), released=True)
-
-    async def one() -> float:
-        started = time.monotonic()
-        await rest(_never_stopped(), pool, 30.0)
-        return time.monotonic() - started
-
-    assert asyncio.run(one()) < 1.0
+    assert _rested(PoolState(status=SpotpoolStatus(), released=True)) < 1.0
 
 
 def test_a_pool_rebuilt_from_its_status_knows_the_results_it_recorded() -> None:
