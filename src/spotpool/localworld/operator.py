@@ -220,7 +220,7 @@ class OperatorWorld:
         self.kube.ok("-n", namespace, "apply", "-f", "-", stdin=json.dumps(manifest))
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.kube.read(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}")
+        return self.kube.read(f"{POOLS_PATH.format(namespace=namespace)}/{name}")
 
     def release_namespaces(self) -> None:
         """Delete the namespaces made, with the pools left in them (the operator stopped)."""
